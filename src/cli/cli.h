@@ -1,0 +1,24 @@
+// The `hexiseq` command: each subcommand file adds its CLI11 subcommand and the action to run
+// when it is selected. Actions return the exit code: 0 success, 1 bad input or infeasible,
+// 2 bad usage. stdout carries results only; messages go to stderr.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+#include <map>
+#include <string>
+
+#include "spec/error.h"
+
+namespace hexiseq::cli {
+
+using Actions = std::map<const CLI::App*, std::function<int()>>;
+
+// Prints "hexiseq: <message>" to stderr and returns the exit code for the error's kind.
+int ReportError(const Error& error);
+
+void AddPlanningCommands(CLI::App& app, Actions& actions);  // plan, compare, validate, explain
+void AddSimulateCommand(CLI::App& app, Actions& actions);   // simulate
+void AddRuntimeCommands(CLI::App& app, Actions& actions);   // attn-check
+
+}  // namespace hexiseq::cli

@@ -1,0 +1,41 @@
+// Entry point: registers the subcommands, parses, runs the chosen action.
+#include <cstdio>
+
+#include "cli/cli.h"
+
+namespace hexiseq::cli {
+
+int ReportError(const Error& error) {
+  std::fprintf(stderr, "hexiseq: %s\n", error.message.c_str());
+  return error.code == ErrorCode::kInternal ? 3 : 1;
+}
+
+}  // namespace hexiseq::cli
+
+int main(int argc, char** argv) {
+  using namespace hexiseq::cli;
+  CLI::App app{"HexiSeq: asymmetric context + head parallelism for long-context training on "
+               "heterogeneous GPU clusters"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  Actions actions;
+  AddPlanningCommands(app, actions);
+  AddSimulateCommand(app, actions);
+  AddRuntimeCommands(app, actions);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+  for (const CLI::App* sub : app.get_subcommands()) {
+    auto it = actions.find(sub);
+    if (it != actions.end()) return it->second();
+  }
+  std::fprintf(stderr, "hexiseq: no command given (try --help)\n");
+  return 2;
+}

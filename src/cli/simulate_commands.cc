@@ -1,0 +1,11 @@
+// Placeholder until the subsystem lands.
+#include "cli/cli.h"
+
+namespace hexiseq::cli {
+
+void AddSimulateCommand(CLI::App& app, Actions& actions) {
+  (void)app;
+  (void)actions;
+}
+
+}  // namespace hexiseq::cli

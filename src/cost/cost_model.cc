@@ -1,0 +1,444 @@
+#include "cost/cost_model.h"
+
+#include "spec/units.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace hexiseq {
+namespace {
+
+std::string Gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / kGiB);
+  return buf;
+}
+
+// Primary holder (rank) of each KV head in a group: the first member, in member order, that
+// holds a query head of it; -1 when no member needs it.
+std::vector<int> Primaries(const PlanGroup& group, int num_heads, int num_kv_heads) {
+  std::vector<int> primary(num_kv_heads, -1);
+  for (const PlanMember& m : group.members)
+    for (int head : m.heads) {
+      int& p = primary[KvHeadOf(head, num_heads, num_kv_heads)];
+      if (p < 0) p = m.rank;
+    }
+  return primary;
+}
+
+}  // namespace
+
+CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Workload& workload,
+                     CostConstants constants)
+    : cluster_(cluster), model_(model), workload_(workload), k_(constants) {}
+
+double CostModel::LinearForwardFlopsPerToken() const { return 2.0 * model_.LayerGemmParams(); }
+
+double CostModel::KvBytesPerTokenPerKvHead() const {
+  return 2.0 * model_.head_dim * workload_.bytes_per_element;
+}
+
+double CostModel::TransferSeconds(int a, int b, double bytes) const {
+  if (bytes <= 0 || a == b) return 0;
+  return cluster_.Latency(a, b) + bytes / cluster_.Bandwidth(a, b);
+}
+
+MemoryBreakdown CostModel::ModelStateMemory() const {
+  const double params = model_.TotalParams();
+  const double n = std::max(1, cluster_.num_ranks());
+  const int z = workload_.zero_stage;
+  MemoryBreakdown m;
+  m.weights = k_.weight_bytes_per_param * params / (z >= 3 ? n : 1.0);
+  if (z >= 3) m.weights += 2 * k_.weight_bytes_per_param * model_.LayerGemmParams();  // prefetch
+  m.gradients = k_.grad_bytes_per_param * params / (z >= 2 ? n : 1.0);
+  m.optimizer = k_.optimizer_bytes_per_param * params / (z >= 1 ? n : 1.0);
+  return m;
+}
+
+std::vector<CostModel::RingContext> CostModel::RingContexts(const Plan& plan) {
+  const int num_groups = static_cast<int>(plan.groups.size());
+  std::vector<int> active;
+  int64_t max_tokens = 0;
+  for (int g = 0; g < num_groups; ++g) {
+    const int64_t tokens = TotalTokens(plan.groups[g].tokens);
+    if (tokens > 0) active.push_back(g);
+    max_tokens = std::max(max_tokens, tokens);
+  }
+  std::vector<RingContext> out(num_groups);
+  for (int g = 0; g < num_groups; ++g) out[g] = {g, g, static_cast<int>(active.size()), max_tokens};
+  const int k = static_cast<int>(active.size());
+  for (int i = 0; i < k; ++i) {
+    out[active[i]].prev = active[(i + k - 1) % k];
+    out[active[i]].next = active[(i + 1) % k];
+  }
+  return out;
+}
+
+GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
+                                   const RingContext& ring) const {
+  const PlanGroup& group = plan.groups[group_index];
+  const int num_heads = model_.heads, num_kv = model_.kv_heads;
+  const double dh = model_.head_dim, bytes = workload_.bytes_per_element;
+  const int64_t seq = workload_.seq_len;
+  const int64_t group_tokens = TotalTokens(group.tokens);
+  const size_t m = group.members.size();
+  const MemoryBreakdown state = ModelStateMemory();
+
+  GroupCost out;
+  out.members.resize(m);
+  std::vector<int64_t> s(m);
+  std::vector<int> h(m), kv(m);
+  for (size_t i = 0; i < m; ++i) {
+    const PlanMember& member = group.members[i];
+    s[i] = TotalTokens(member.tokens);
+    h[i] = static_cast<int>(member.heads.size());
+    kv[i] = static_cast<int>(KvHeadsOf(member.heads, num_heads, num_kv).size());
+    RankCost& rc = out.members[i];
+    rc.rank = member.rank;
+    rc.group = group_index;
+    rc.memory = state;
+    rc.memory_capacity_bytes =
+        cluster_.device(member.rank).memory_bytes * (1.0 - workload_.memory_reserve);
+  }
+  auto finish_memory = [&]() {
+    for (RankCost& rc : out.members) {
+      rc.memory_bytes = rc.memory.total();
+      const double frac = rc.memory_bytes / rc.memory_capacity_bytes;
+      if (frac > out.max_memory_fraction || out.worst_memory_rank < 0) {
+        out.max_memory_fraction = frac;
+        out.worst_memory_rank = rc.rank;
+      }
+    }
+  };
+  if (group_tokens == 0) {  // idle group: model state only
+    finish_memory();
+    return out;
+  }
+
+  // ---- Local phase: all-to-all in (Q, K, V), all-to-all out (O), linear layers.
+  auto a2a_time = [&](size_t r, bool inbound) {
+    // inbound: token -> head layout (Q + K + V); outbound: O back to token layout.
+    double send_intra = 0, send_inter = 0, recv_intra = 0, recv_inter = 0;
+    for (size_t j = 0; j < m; ++j) {
+      if (j == r) continue;
+      const int a = group.members[r].rank, b = group.members[j].rank;
+      double to_j, from_j;
+      if (inbound) {
+        to_j = s[r] * (h[j] + 2.0 * kv[j]) * dh * bytes;
+        from_j = s[j] * (h[r] + 2.0 * kv[r]) * dh * bytes;
+      } else {
+        to_j = s[j] * h[r] * dh * bytes;
+        from_j = s[r] * h[j] * dh * bytes;
+      }
+      const bool intra = cluster_.SameNode(a, b);
+      (intra ? send_intra : send_inter) += TransferSeconds(a, b, to_j);
+      (intra ? recv_intra : recv_inter) += TransferSeconds(b, a, from_j);
+    }
+    return std::max({send_intra, send_inter, recv_intra, recv_inter});
+  };
+  const double lin_flops_per_token = LinearForwardFlopsPerToken();
+  const double mlp_fraction =
+      (model_.gated_mlp ? 3.0 : 2.0) * model_.hidden * model_.ffn_hidden /
+      model_.LayerGemmParams();
+  double a2a_in = 0, a2a_out = 0, lin_max = 0;
+  std::vector<double> lin(m), a2a(m);
+  for (size_t i = 0; i < m; ++i) {
+    const DeviceSpec& dev = cluster_.device(group.members[i].rank);
+    lin[i] = s[i] * lin_flops_per_token / dev.GemmFlops();
+    const double in = m > 1 ? a2a_time(i, true) : 0, outb = m > 1 ? a2a_time(i, false) : 0;
+    a2a[i] = in + outb;
+    a2a_in = std::max(a2a_in, in);
+    a2a_out = std::max(a2a_out, outb);
+    lin_max = std::max(lin_max, lin[i]);
+  }
+  out.local_fwd = a2a_out + lin_max + a2a_in;
+  out.local_bwd = a2a_out + k_.linear_backward_factor * lin_max + a2a_in;
+  out.recompute = mlp_fraction * lin_max;  // used by selective recompute only
+  out.lin_fwd = lin_max;
+  out.a2a = a2a_in + a2a_out;
+
+  // ---- Ring phase: attention compute overlapped with the sub-ring K/V transfers.
+  const int64_t causal_pairs = CausalPrefixPairs(group.tokens);
+  const int64_t diag_pairs = CausalPairs(group.tokens, group.tokens);
+  const int steps = ring.ring_size;
+  std::vector<double> ring_send(m, 0), ring_recv(m, 0);
+  if (steps > 1) {
+    const PlanGroup& prev = plan.groups[ring.prev];
+    const PlanGroup& next = plan.groups[ring.next];
+    const std::vector<int> mine = Primaries(group, num_heads, num_kv);
+    const std::vector<int> before = Primaries(prev, num_heads, num_kv);
+    const std::vector<int> after = Primaries(next, num_heads, num_kv);
+    const double per_kv_in = (seq - group_tokens) * KvBytesPerTokenPerKvHead();
+    const double per_kv_out = (seq - TotalTokens(next.tokens)) * KvBytesPerTokenPerKvHead();
+    std::vector<int> index_of_rank;  // member index by rank, local map
+    auto member_index = [&](int rank) {
+      for (size_t i = 0; i < m; ++i)
+        if (group.members[i].rank == rank) return static_cast<int>(i);
+      return -1;
+    };
+    for (int g = 0; g < num_kv; ++g) {
+      if (mine[g] < 0) continue;
+      const int p = member_index(mine[g]);
+      if (before[g] >= 0) ring_recv[p] += TransferSeconds(before[g], mine[g], per_kv_in);
+      if (after[g] >= 0) ring_send[p] += TransferSeconds(mine[g], after[g], per_kv_out);
+      // Replicas: other members needing KV head g get it from the primary over group links.
+      for (size_t i = 0; i < m; ++i) {
+        if (static_cast<int>(i) == p) continue;
+        const std::vector<int>& heads = group.members[i].heads;
+        const bool needs = std::any_of(heads.begin(), heads.end(), [&](int head) {
+          return KvHeadOf(head, num_heads, num_kv) == g;
+        });
+        if (!needs) continue;
+        const double t = TransferSeconds(mine[g], group.members[i].rank, per_kv_in);
+        ring_send[p] += t;
+        ring_recv[i] += t;
+      }
+    }
+  }
+  for (size_t i = 0; i < m; ++i) {
+    const DeviceSpec& dev = cluster_.device(group.members[i].rank);
+    const double flops_per_pair = 4.0 * dh * h[i];
+    const double compute = flops_per_pair * causal_pairs / dev.AttentionFlops();
+    const double first = flops_per_pair * diag_pairs / dev.AttentionFlops();
+    const double comm = std::max(ring_send[i], ring_recv[i]);
+    double fwd = compute, bwd = k_.attention_backward_factor * compute;
+    if (steps > 1) {
+      const double last = (compute - first) / (steps - 1);
+      const double hop = comm / (steps - 1);
+      fwd = std::max(compute, comm + last);
+      // Backward: K/V go round again and dK/dV follow one hop behind, plus the hop home.
+      bwd = std::max(k_.attention_backward_factor * compute,
+                     2 * comm + k_.attention_backward_factor * last) + hop;
+    }
+    out.ring_fwd = std::max(out.ring_fwd, fwd);
+    out.ring_bwd = std::max(out.ring_bwd, bwd);
+    out.attn_compute_fwd = std::max(out.attn_compute_fwd, compute);
+    out.ring_comm_fwd = std::max(out.ring_comm_fwd, comm);
+
+    // Per-iteration figures for this rank.
+    RankCost& rc = out.members[i];
+    const double layers = model_.layers * workload_.batch;
+    const bool full = workload_.recompute == Recompute::kFull;
+    const bool selective = workload_.recompute == Recompute::kSelective;
+    const double head_flops = 2.0 * s[i] * model_.vocab * model_.hidden;
+    rc.linear_seconds =
+        layers * lin[i] * (1 + k_.linear_backward_factor + (full ? 1 : selective ? mlp_fraction : 0)) +
+        workload_.batch * (1 + k_.linear_backward_factor) * head_flops / dev.GemmFlops();
+    rc.attention_seconds = layers * compute * (1 + k_.attention_backward_factor + (full ? 1 : 0));
+    rc.all_to_all_seconds = layers * a2a[i] * (2 + (full ? 1 : 0));
+    rc.ring_comm_seconds = layers * comm * (3 + (full ? 1 : 0));
+    rc.ring_exposed_seconds =
+        layers * ((fwd - compute) * (full ? 2 : 1) + (bwd - k_.attention_backward_factor * compute));
+    out.head_seconds = std::max(out.head_seconds, (1 + k_.linear_backward_factor) * head_flops /
+                                                      dev.GemmFlops());
+
+    // Memory.
+    const double hidden = model_.hidden;
+    const double mlp_act = (model_.gated_mlp ? 3.0 : 2.0) * model_.ffn_hidden;
+    const double token_act = bytes * (4 * hidden + mlp_act);  // norms, MLP in, MLP intermediate
+    const double head_act =
+        group_tokens * (dh * bytes * (2.0 * h[i] + 2.0 * kv[i]) + 4.0 * h[i]);  // Q,O,K,V,LSE
+    MemoryBreakdown& mem = rc.memory;
+    switch (workload_.recompute) {
+      case Recompute::kFull:
+        mem.activations = model_.layers * s[i] * hidden * bytes + s[i] * token_act + head_act;
+        break;
+      case Recompute::kSelective:
+        mem.activations = model_.layers * (s[i] * (token_act - bytes * mlp_act) + head_act) +
+                          s[i] * bytes * mlp_act;
+        break;
+      case Recompute::kNone:
+        mem.activations = model_.layers * (s[i] * token_act + head_act);
+        break;
+    }
+    mem.attention_working = group_tokens * dh * (h[i] * (bytes + 4.0) + kv[i] * 2 * 4.0);
+    const double block = static_cast<double>(ring.max_group_tokens) * kv[i] * 2 * dh;
+    mem.ring_buffers = steps > 1 ? k_.ring_buffers * block * (bytes + 4.0) : 0;
+    mem.logits = std::min<int64_t>(s[i], k_.loss_chunk_tokens) * model_.vocab * 4.0 * 2;
+  }
+  finish_memory();
+  return out;
+}
+
+PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& groups) const {
+  PlanCost cost;
+  cost.ranks.resize(cluster_.num_ranks());
+  double local_fwd = 0, ring_fwd = 0, local_bwd = 0, ring_bwd = 0, selective = 0, head = 0;
+  int local_group = -1, ring_group = -1;
+  double max_fraction = -1;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const GroupCost& gc = groups[g];
+    if (gc.local_fwd + gc.local_bwd > local_fwd + local_bwd) local_group = static_cast<int>(g);
+    if (gc.ring_fwd + gc.ring_bwd > ring_fwd + ring_bwd) ring_group = static_cast<int>(g);
+    local_fwd = std::max(local_fwd, gc.local_fwd);
+    ring_fwd = std::max(ring_fwd, gc.ring_fwd);
+    local_bwd = std::max(local_bwd, gc.local_bwd);
+    ring_bwd = std::max(ring_bwd, gc.ring_bwd);
+    selective = std::max(selective, gc.recompute);
+    head = std::max(head, gc.head_seconds);
+    for (const RankCost& rc : gc.members) cost.ranks[rc.rank] = rc;
+    if (gc.max_memory_fraction > max_fraction) {
+      max_fraction = gc.max_memory_fraction;
+      cost.max_memory_fraction = gc.max_memory_fraction;
+    }
+  }
+  const double fwd = local_fwd + ring_fwd;
+  double recompute = 0;
+  if (workload_.recompute == Recompute::kFull) recompute = fwd;
+  if (workload_.recompute == Recompute::kSelective) recompute = selective;
+  const double layers = model_.layers * workload_.batch;
+  cost.local_seconds = layers * (local_fwd + local_bwd);
+  cost.ring_seconds = layers * (ring_fwd + ring_bwd);
+  cost.recompute_seconds = layers * recompute;
+  cost.head_seconds = workload_.batch * head;
+
+  // Gradient synchronization over all ranks (weights are replicated across CP and HP), overlapped
+  // with the iteration's compute except for the last bucket (one layer's worth).
+  const int n = cluster_.num_ranks();
+  double sync_seconds = 0;
+  if (n > 1) {
+    const double passes = workload_.zero_stage >= 3 ? 3.0 : 2.0;  // RS (+ AG) (+ AG for bwd)
+    const double volume = passes * (n - 1.0) / n * model_.TotalParams() * k_.grad_bytes_per_param;
+    bool multi_node = cluster_.nodes.size() > 1;
+    double bw = 1e30;
+    for (const RankInfo& r : cluster_.ranks) {
+      const NodeKind& kind = cluster_.kinds[r.kind];
+      bw = std::min(bw, multi_node ? kind.nic_bytes_per_second : kind.intra_node_bytes_per_second);
+    }
+    sync_seconds = volume / bw;
+  }
+  const double busy = cost.local_seconds + cost.ring_seconds + cost.recompute_seconds +
+                      cost.head_seconds;
+  cost.grad_sync_seconds = std::max(sync_seconds / model_.layers, sync_seconds - busy);
+  cost.iteration_seconds = busy + cost.grad_sync_seconds;
+  cost.tokens_per_second = workload_.batch * static_cast<double>(workload_.seq_len) /
+                           cost.iteration_seconds;
+  for (RankCost& rc : cost.ranks) rc.grad_sync_seconds = cost.grad_sync_seconds;
+
+  // Bottleneck: the largest phase and the rank that sets it.
+  const bool ring_dominates = cost.ring_seconds >= cost.local_seconds;
+  const int g = ring_dominates ? ring_group : local_group;
+  if (g >= 0) {
+    const GroupCost& gc = groups[g];
+    double worst = -1;
+    for (const RankCost& rc : gc.members) {
+      const double t = ring_dominates ? rc.attention_seconds + rc.ring_exposed_seconds
+                                      : rc.linear_seconds + rc.all_to_all_seconds;
+      if (t > worst) { worst = t; cost.bottleneck_rank = rc.rank; }
+    }
+    if (ring_dominates)
+      cost.bottleneck_phase = gc.ring_comm_fwd > gc.attn_compute_fwd ? "ring communication"
+                                                                      : "attention compute";
+    else
+      cost.bottleneck_phase = gc.a2a > gc.lin_fwd ? "all-to-all" : "linear compute";
+  }
+  if (cost.grad_sync_seconds > std::max(cost.local_seconds, cost.ring_seconds))
+    cost.bottleneck_phase = "gradient synchronization";
+
+  // Memory feasibility: name the worst rank.
+  for (const RankCost& rc : cost.ranks) {
+    if (rc.memory_bytes <= rc.memory_capacity_bytes) continue;
+    cost.feasible = false;
+    if (!cost.infeasible_reason.empty()) continue;
+    const int group_index = rc.group;
+    int64_t tokens = 0;
+    size_t heads = 0;
+    if (group_index >= 0)
+      for (const PlanMember& mem : plan.groups[group_index].members)
+        if (mem.rank == rc.rank) { tokens = TotalTokens(mem.tokens); heads = mem.heads.size(); }
+    cost.infeasible_reason =
+        "rank " + std::to_string(rc.rank) + " (" + cluster_.device(rc.rank).name + ") needs " +
+        Gib(rc.memory_bytes) + " for " + std::to_string(tokens) + " tokens x " +
+        std::to_string(heads) + " heads (model state " +
+        Gib(rc.memory.weights + rc.memory.gradients + rc.memory.optimizer) + ", activations " +
+        Gib(rc.memory.activations) + ", attention " +
+        Gib(rc.memory.attention_working + rc.memory.ring_buffers) + "), has " +
+        Gib(rc.memory_capacity_bytes);
+  }
+  return cost;
+}
+
+PlanCost CostModel::Evaluate(const Plan& plan) const {
+  const std::vector<RingContext> rings = RingContexts(plan);
+  std::vector<GroupCost> groups;
+  groups.reserve(plan.groups.size());
+  for (size_t g = 0; g < plan.groups.size(); ++g)
+    groups.push_back(EvaluateGroup(plan, static_cast<int>(g), rings[g]));
+  return Combine(plan, groups);
+}
+
+double CostModel::TotalLinearFlops() const {
+  const double s = static_cast<double>(workload_.seq_len);
+  const double mlp_fraction = (model_.gated_mlp ? 3.0 : 2.0) * model_.hidden *
+                              model_.ffn_hidden / model_.LayerGemmParams();
+  const double rec = workload_.recompute == Recompute::kFull        ? 1.0
+                     : workload_.recompute == Recompute::kSelective ? mlp_fraction
+                                                                    : 0.0;
+  const double layer = s * LinearForwardFlopsPerToken() * (1 + k_.linear_backward_factor + rec);
+  const double head = 2.0 * s * model_.vocab * model_.hidden * (1 + k_.linear_backward_factor);
+  return workload_.batch * (model_.layers * layer + head);
+}
+
+double CostModel::TotalAttentionFlops() const {
+  const double pairs = static_cast<double>(CausalPrefixPairs({{0, workload_.seq_len}}));
+  const double rec = workload_.recompute == Recompute::kFull ? 1.0 : 0.0;
+  return workload_.batch * model_.layers * 4.0 * model_.head_dim * model_.heads * pairs *
+         (1 + k_.attention_backward_factor + rec);
+}
+
+double CostModel::IdealIterationSeconds() const {
+  const double lin = TotalLinearFlops(), att = TotalAttentionFlops();
+  // Devices sorted by attention/GEMM ratio: in an optimal split the ones relatively best at GEMMs
+  // do the linear work. For a candidate time T, fill linear work in that order, then check that
+  // the remaining device time covers the attention work. Bisect on T.
+  std::vector<std::pair<double, double>> rates;  // (gemm, attention) FLOP/s
+  for (int r = 0; r < cluster_.num_ranks(); ++r)
+    rates.push_back({cluster_.device(r).GemmFlops(), cluster_.device(r).AttentionFlops()});
+  std::sort(rates.begin(), rates.end(), [](const auto& a, const auto& b) {
+    return a.second / a.first < b.second / b.first;
+  });
+  auto fits = [&](double t) {
+    double need_lin = lin, att_capacity = 0;
+    for (const auto& [gemm, attn] : rates) {
+      double time_left = t;
+      if (need_lin > 0) {
+        const double used = std::min(t, need_lin / gemm);
+        need_lin -= used * gemm;
+        time_left -= used;
+      }
+      att_capacity += time_left * attn;
+    }
+    return need_lin <= lin * 1e-12 && att_capacity >= att * (1 - 1e-12);
+  };
+  double lo = 0, hi = 1;
+  while (!fits(hi)) hi *= 2;
+  for (int iter = 0; iter < 100; ++iter) {
+    const double mid = 0.5 * (lo + hi);
+    (fits(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+double CostModel::IdealTokensPerSecond() const {
+  return workload_.batch * static_cast<double>(workload_.seq_len) / IdealIterationSeconds();
+}
+
+void AttachPrediction(Plan& plan, const PlanCost& cost) {
+  PlanPrediction p;
+  p.iteration_seconds = cost.iteration_seconds;
+  p.tokens_per_second = cost.tokens_per_second;
+  for (const RankCost& rc : cost.ranks) {
+    RankPrediction rp;
+    rp.rank = rc.rank;
+    rp.memory_bytes = rc.memory_bytes;
+    rp.memory_capacity_bytes = rc.memory_capacity_bytes;
+    rp.compute_seconds = rc.compute_seconds();
+    rp.exposed_comm_seconds = rc.exposed_comm_seconds();
+    rp.total_comm_seconds = rc.total_comm_seconds();
+    p.ranks.push_back(rp);
+  }
+  plan.predicted = p;
+}
+
+}  // namespace hexiseq

@@ -1,0 +1,153 @@
+// The analytical cost model: predicted iteration time, per-rank compute / communication / memory
+// of a Plan on a Cluster for a Model and Workload. Closed forms, no per-token loops, so the
+// scheduler can call it hundreds of thousands of times; groups are scored independently
+// (GroupCost) and combined, so a move that touches two groups re-scores only those groups and
+// their ring neighbours.
+//
+// Per layer, per group k (members r, tokens Sigma_k, heads eta_r), time runs in two alternating
+// phases that each wait for the slowest group:
+//   local  = reverse all-to-all (O) + linear layers on s_r tokens + all-to-all (Q, K, V)
+//   ring   = sub-ring attention: max(attention compute, KV transfer chain) + last block
+// Backward: linear 2x, attention 2.5x, all-to-all bytes the same, ring bytes 2x (K/V out, dK/dV
+// back). Full recompute adds one forward; selective recomputes the MLP forward.
+// Iteration = batch x layers x (fwd + bwd + recompute) + LM head + exposed gradient sync.
+// Deliberately ignored: kernel launch overheads, NIC sharing between GPUs of a node (each GPU has
+// its own NIC), causal skipping of ring sends, norms/RoPE/softmax FLOPs (< 1%).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+#include "spec/cluster.h"
+#include "spec/model.h"
+
+namespace hexiseq {
+
+// Named constants of the model (not magic numbers inline).
+struct CostConstants {
+  double attention_backward_factor = 2.5;  // FlashAttention backward / forward FLOPs
+  double linear_backward_factor = 2.0;     // dX and dW GEMMs
+  int64_t loss_chunk_tokens = 8192;        // chunked cross-entropy: logits live for this many
+  double grad_bytes_per_param = 2;         // bf16 gradients on the wire
+  double weight_bytes_per_param = 2;       // bf16 weights
+  double optimizer_bytes_per_param = 12;   // fp32 master + Adam m and v
+  int ring_buffers = 2;                    // double-buffered K/V (and dK/dV) blocks
+};
+
+struct MemoryBreakdown {
+  double weights = 0, gradients = 0, optimizer = 0;  // model state, by ZeRO stage
+  double activations = 0;         // token-layout activations kept for backward (by recompute)
+  double attention_working = 0;   // head-layout Q, K, V, O, dO, dQ, dK, dV of the group's tokens
+  double ring_buffers = 0;        // in-flight K/V and dK/dV blocks
+  double logits = 0;              // chunked loss
+  double total() const {
+    return weights + gradients + optimizer + activations + attention_working + ring_buffers +
+           logits;
+  }
+};
+
+// Per-rank figures, per iteration (seconds) unless stated.
+struct RankCost {
+  int rank = 0;
+  int group = -1;
+  double linear_seconds = 0;             // GEMMs incl. backward and recompute, LM head
+  double attention_seconds = 0;          // attention compute incl. backward and recompute
+  double all_to_all_seconds = 0;         // this rank's all-to-all transfers (not overlapped)
+  double ring_comm_seconds = 0;          // total sub-ring traffic time
+  double ring_exposed_seconds = 0;       // the part of it not hidden behind attention compute
+  double grad_sync_seconds = 0;          // exposed gradient synchronization
+  double compute_seconds() const { return linear_seconds + attention_seconds; }
+  double exposed_comm_seconds() const {
+    return all_to_all_seconds + ring_exposed_seconds + grad_sync_seconds;
+  }
+  double total_comm_seconds() const {
+    return all_to_all_seconds + ring_comm_seconds + grad_sync_seconds;
+  }
+  MemoryBreakdown memory;
+  double memory_bytes = 0;
+  double memory_capacity_bytes = 0;  // capacity x (1 - reserve)
+};
+
+// One group's contribution to each phase, per layer (seconds), and its members.
+struct GroupCost {
+  double local_fwd = 0, ring_fwd = 0;  // forward phases
+  double local_bwd = 0, ring_bwd = 0;  // backward phases
+  double recompute = 0;                // selective recompute: the MLP forward again
+  double lin_fwd = 0, a2a = 0, attn_compute_fwd = 0, ring_comm_fwd = 0;  // slowest member's parts
+  double head_seconds = 0;             // LM head fwd + bwd for the group's slowest member
+  double max_memory_fraction = 0;
+  int worst_memory_rank = -1;
+  std::vector<RankCost> members;  // per-rank, but phase-level fields filled per layer x layers
+};
+
+struct PlanCost {
+  double iteration_seconds = 0;
+  double tokens_per_second = 0;
+  bool feasible = true;
+  std::string infeasible_reason;  // which rank, needs how much, has how much, hint
+  double max_memory_fraction = 0;
+  int bottleneck_rank = -1;
+  std::string bottleneck_phase;   // "attention compute", "ring communication", ...
+  // Per-iteration totals of each phase (the slowest group per phase, summed over layers).
+  double local_seconds = 0, ring_seconds = 0, recompute_seconds = 0, head_seconds = 0,
+         grad_sync_seconds = 0;
+  std::vector<RankCost> ranks;  // indexed by rank
+};
+
+class CostModel {
+ public:
+  // REQUIRES: the workload and model are valid (ValidateWorkload, heads % kv_heads == 0).
+  CostModel(const Cluster& cluster, const ModelSpec& model, const Workload& workload,
+            CostConstants constants = {});
+
+  // Full evaluation. REQUIRES: Validate(plan, cluster, model) succeeded.
+  PlanCost Evaluate(const Plan& plan) const;
+
+  // Incremental interface. The ring order is the plan's group order, skipping groups without
+  // tokens. A group's cost depends on itself, its ring neighbours and two plan-wide figures.
+  struct RingContext {
+    int prev = 0, next = 0;        // ring neighbours (== group when alone or idle)
+    int ring_size = 1;             // groups that hold tokens
+    int64_t max_group_tokens = 0;  // largest |Sigma_k|: sizes the ring buffers
+  };
+  static std::vector<RingContext> RingContexts(const Plan& plan);
+  GroupCost EvaluateGroup(const Plan& plan, int group, const RingContext& ring) const;
+  // Combines group costs (one per plan group, in plan order) into the plan's cost.
+  PlanCost Combine(const Plan& plan, const std::vector<GroupCost>& groups) const;
+
+  // The aggregate-compute bound: the least time in which the cluster's devices could do the
+  // iteration's linear and attention FLOPs at their effective rates, each device free to split
+  // its time between the two kinds (a fractional-knapsack LP). Ignores communication and memory.
+  double IdealIterationSeconds() const;
+  double IdealTokensPerSecond() const;
+
+  // Per-iteration FLOPs (with recompute and backward) of the whole model over the sequence.
+  double TotalLinearFlops() const;
+  double TotalAttentionFlops() const;
+
+  // Model-state memory per rank (weights + gradients + optimizer) for the ZeRO stage.
+  MemoryBreakdown ModelStateMemory() const;
+
+  // Seconds to move `bytes` from rank a to rank b (alpha-beta).
+  double TransferSeconds(int a, int b, double bytes) const;
+
+  const Cluster& cluster() const { return cluster_; }
+  const ModelSpec& model() const { return model_; }
+  const Workload& workload() const { return workload_; }
+  const CostConstants& constants() const { return k_; }
+
+ private:
+  double LinearForwardFlopsPerToken() const;  // all layers' GEMMs per token, one layer
+  double KvBytesPerTokenPerKvHead() const;     // K and V, one KV head
+
+  Cluster cluster_;
+  ModelSpec model_;
+  Workload workload_;
+  CostConstants k_;
+};
+
+// Convenience: evaluates and writes the prediction into the plan.
+void AttachPrediction(Plan& plan, const PlanCost& cost);
+
+}  // namespace hexiseq

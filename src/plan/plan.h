@@ -1,0 +1,97 @@
+// The plan: HexiSeq's central value type. Which ranks form each all-to-all (HP) group, which
+// token ranges each group and each member own, and which query heads each member computes.
+// It is data, not code: the planner emits it, the cost model and simulator score it, the runtime
+// executes it. Serialized as JSON with "format": "hexiseq.plan/1" (see DESIGN.md).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "plan/ranges.h"
+#include "spec/cluster.h"
+#include "spec/error.h"
+#include "spec/model.h"
+
+namespace hexiseq {
+
+inline constexpr const char* kPlanFormat = "hexiseq.plan/1";
+
+struct PlanMember {
+  int rank = 0;
+  std::string device;  // informative; validate() checks it against the cluster when non-empty
+  int node = 0;
+  Ranges tokens;           // tau_r, inside the group's tokens
+  std::vector<int> heads;  // eta_r, sorted query-head ids
+  bool operator==(const PlanMember&) const = default;
+};
+
+struct PlanGroup {
+  std::vector<int> ranks;  // the all-to-all group, in member order
+  Ranges tokens;           // Sigma_k
+  std::vector<PlanMember> members;
+  bool operator==(const PlanGroup&) const = default;
+};
+
+struct RankPrediction {
+  int rank = 0;
+  double memory_bytes = 0;
+  double memory_capacity_bytes = 0;  // capacity * (1 - reserve)
+  double compute_seconds = 0;        // per iteration
+  double exposed_comm_seconds = 0;   // per iteration
+  double total_comm_seconds = 0;     // per iteration
+  bool operator==(const RankPrediction&) const = default;
+};
+
+struct PlanPrediction {
+  double iteration_seconds = 0;
+  double tokens_per_second = 0;
+  std::vector<RankPrediction> ranks;
+  bool operator==(const PlanPrediction&) const = default;
+};
+
+struct Plan {
+  std::string format = kPlanFormat;
+  std::string strategy;  // "hexiseq", "ring", "ulysses", "usp", "hetero-ring", "subset", ...
+  std::string config;    // human-readable configuration, e.g. "cp=4 hp=4 hp-in-node"
+  std::string model;     // model name
+  int64_t seq_len = 0;
+  int batch = 1;
+  std::string recompute = "full";
+  int zero_stage = 3;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int num_ranks = 0;
+  std::vector<PlanGroup> groups;  // the ring order of the sub-rings is the group order
+  std::optional<PlanPrediction> predicted;
+  std::string planner;     // provenance: planner name and version
+  std::string input_hash;  // provenance: hash of cluster + model + workload
+  bool operator==(const Plan&) const = default;
+};
+
+// JSON in and out. ParsePlanJson reports the JSON path of a bad field.
+std::string PlanToJson(const Plan& plan, int indent = 2);
+Result<Plan> ParsePlanJson(const std::string& text, const std::string& source_name);
+Result<Plan> LoadPlan(const std::string& path);
+Result<void> SavePlan(const Plan& plan, const std::string& path);
+
+// A stable 64-bit FNV-1a hash of the plan's groups, tokens and heads (not of `predicted` or
+// provenance); the runtime uses it to check that every rank loaded the same plan.
+uint64_t PlanHash(const Plan& plan);
+
+// Checks every invariant of DESIGN.md against the cluster and model; the error message lists
+// each violation on its own line (which tokens are missing or overlap, which head is missing in
+// which group, which rank appears twice, ...).
+Result<void> Validate(const Plan& plan, const Cluster& cluster, const ModelSpec& model);
+// Invariants that need only the plan itself (used by the runtime, which has no cluster).
+Result<void> ValidateStructure(const Plan& plan);
+
+// The query-head ids whose KV head is g: [g * H/G, (g+1) * H/G).
+inline int KvHeadOf(int head, int num_heads, int num_kv_heads) {
+  return head / (num_heads / num_kv_heads);
+}
+// Distinct KV heads needed by a head set (sorted).
+std::vector<int> KvHeadsOf(const std::vector<int>& heads, int num_heads, int num_kv_heads);
+
+}  // namespace hexiseq

@@ -1,0 +1,89 @@
+#include "plan/ranges.h"
+
+#include <algorithm>
+
+namespace hexiseq {
+
+int64_t TotalTokens(const Ranges& ranges) {
+  int64_t total = 0;
+  for (const Range& r : ranges) total += r.size();
+  return total;
+}
+
+int64_t CausalPairs(Range q, Range k) {
+  if (q.size() <= 0 || k.size() <= 0) return 0;
+  int64_t pairs = 0;
+  // Queries in [c, d): query x sees keys c..x, i.e. x - c + 1 of them.
+  const int64_t lo = std::max(q.begin, k.begin), hi = std::min(q.end, k.end);
+  if (hi > lo) {
+    const int64_t first = lo - k.begin + 1, last = hi - 1 - k.begin + 1;
+    pairs += (first + last) * (hi - lo) / 2;
+  }
+  // Queries at or after d see every key of [c, d).
+  const int64_t after = std::max(q.begin, k.end);
+  if (q.end > after) pairs += (q.end - after) * k.size();
+  return pairs;
+}
+
+int64_t CausalPairs(const Ranges& queries, const Ranges& keys) {
+  int64_t pairs = 0;
+  for (const Range& q : queries)
+    for (const Range& k : keys) pairs += CausalPairs(q, k);
+  return pairs;
+}
+
+int64_t CausalPrefixPairs(const Ranges& queries) {
+  int64_t pairs = 0;
+  for (const Range& q : queries) {
+    if (q.size() > 0) pairs += q.size() * (q.begin + q.end + 1) / 2;
+  }
+  return pairs;
+}
+
+Ranges Normalize(Ranges ranges) {
+  std::erase_if(ranges, [](const Range& r) { return r.size() <= 0; });
+  std::sort(ranges.begin(), ranges.end(),
+            [](const Range& a, const Range& b) { return a.begin < b.begin; });
+  Ranges out;
+  for (const Range& r : ranges) {
+    if (!out.empty() && out.back().end >= r.begin) {
+      out.back().end = std::max(out.back().end, r.end);
+    } else {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+Ranges SliceByOffset(const Ranges& ranges, int64_t offset, int64_t count) {
+  Ranges out;
+  int64_t skipped = 0;
+  for (const Range& r : ranges) {
+    if (count <= 0) break;
+    const int64_t size = r.size();
+    if (skipped + size <= offset) {
+      skipped += size;
+      continue;
+    }
+    const int64_t start = r.begin + std::max<int64_t>(0, offset - skipped);
+    const int64_t take = std::min(count, r.end - start);
+    if (take > 0) out.push_back({start, start + take});
+    count -= take;
+    skipped += size;
+    offset = std::max(offset, skipped);
+  }
+  return out;
+}
+
+Ranges Intersect(const Ranges& a, const Ranges& b) {
+  Ranges out;
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const int64_t lo = std::max(a[i].begin, b[j].begin), hi = std::min(a[i].end, b[j].end);
+    if (hi > lo) out.push_back({lo, hi});
+    if (a[i].end < b[j].end) ++i; else ++j;
+  }
+  return out;
+}
+
+}  // namespace hexiseq

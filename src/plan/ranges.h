@@ -1,0 +1,36 @@
+// Token ranges: half-open [begin, end) intervals of global sequence positions, and exact causal
+// (query, key) pair counting over sets of them. Closed forms; no per-token loops.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace hexiseq {
+
+struct Range {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+  bool operator==(const Range&) const = default;
+};
+using Ranges = std::vector<Range>;
+
+int64_t TotalTokens(const Ranges& ranges);
+
+// Pairs (q, k) with q in [qa, qb), k in [kc, kd), k <= q.
+int64_t CausalPairs(Range queries, Range keys);
+// Sum over all range pairs.
+int64_t CausalPairs(const Ranges& queries, const Ranges& keys);
+// Pairs (q, k) with q in `queries` and 0 <= k <= q: the full causal work of these queries,
+// (b - a)(a + b + 1) / 2 per range [a, b).
+int64_t CausalPrefixPairs(const Ranges& queries);
+
+// Sorted by begin, with adjacent ranges merged and empty ones dropped.
+Ranges Normalize(Ranges ranges);
+// The sub-ranges of `ranges` covering token offsets [offset, offset + count) when the ranges are
+// concatenated in order (used to carve members' shards out of a group's ranges).
+Ranges SliceByOffset(const Ranges& ranges, int64_t offset, int64_t count);
+// Intersection of two normalized range sets.
+Ranges Intersect(const Ranges& a, const Ranges& b);
+
+}  // namespace hexiseq

@@ -1,0 +1,370 @@
+// Cluster files (DESIGN.md "Cluster file") into Cluster values, plus the pairwise link model.
+// Link model: same node -> the node kind's intra_node; different nodes -> a `links:` override
+// between the two node kinds when one is given, else the smaller of the two NICs. Latency is one
+// constant per node kind inside a node and one cluster-wide constant between nodes. Ignores
+// switch topology, rail alignment and NIC sharing (the simulator models sharing).
+//
+// Syntax accepted (a complete example is examples/clusters/custom-4.yaml):
+//   name: my-cluster                 # optional; defaults to the file name
+//   description: free text           # optional
+//   nodes:                           # node kinds, in rank order
+//     - name: fast                   # optional; lets `links:` name this kind
+//       gpu: H100-SXM                # catalog name, or {name, bf16_tflops, memory, ...}
+//       count: 2                     # nodes of this kind
+//       gpus_per_node: 8
+//       intra_node: 450 GB/s         # optional; default: the device's catalog figure
+//       nic: 25 GB/s                 # optional; default: inter_node, else the catalog figure
+//       gemm_efficiency: 0.7         # optional per-kind overrides of the catalog
+//       attention_efficiency: 0.6
+//       latency: 3 us                # optional; per message inside the node
+//   inter_node: 25 GB/s              # optional default NIC for kinds that give none
+//   inter_node_latency: 5 us         # optional; per message between nodes
+//   links:                           # optional overrides between node kinds, named by their
+//     - {between: [fast, A100-SXM-80G], bandwidth: 12 GB/s}   # `name:` or their gpu name
+#include "spec/cluster.h"
+
+#include <algorithm>
+#include <limits>
+#include <optional>
+
+#include "spec/spec_input.h"
+#include "spec/units.h"
+
+namespace hexiseq {
+namespace {
+
+using spec_internal::CheckedEntries;
+using spec_internal::EqualsIgnoreCase;
+using spec_internal::FieldMessage;
+using spec_internal::Get;
+using spec_internal::JoinList;
+using spec_internal::Quote;
+
+// Per-message latency inside a node (NVLink / PCIe P2P, NCCL small-message figure). The
+// cross-node default is Cluster::inter_node_latency_seconds (5 us, one RDMA hop).
+constexpr double kDefaultIntraNodeLatencySeconds = 3e-6;
+// Upper bound on ranks so that a typo (count: 1000000000) cannot exhaust memory.
+constexpr int64_t kMaxRanks = 1 << 20;
+
+constexpr const char* kExample = "start from examples/clusters/h100-a100-16.yaml";
+
+const std::vector<std::string> kTopKeys = {"name", "description", "nodes", "inter_node",
+                                           "inter_node_latency", "links"};
+const std::vector<std::string> kKindKeys = {
+    "name", "gpu", "count", "gpus_per_node", "intra_node", "nic", "gemm_efficiency",
+    "attention_efficiency", "latency"};
+const std::vector<std::string> kLinkKeys = {"between", "bandwidth"};
+
+Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
+                          const DeviceCatalog& catalog) {
+  auto top = CheckedEntries(root, file + ":", kTopKeys, "a cluster file");
+  if (!top) return std::unexpected(top.error());
+  auto field = [&file](const std::string& path) { return file + ": " + path; };
+
+  Cluster cluster;
+  cluster.name = spec_internal::FileStem(file);
+  if (YAML::Node name = Get(*top, "name"); name.IsDefined()) {
+    auto text = spec_internal::ScalarText(name, field("name"), "the cluster's name, a string",
+                                          "write name: my-cluster");
+    if (!text) return std::unexpected(text.error());
+    cluster.name = *text;
+  }
+  if (YAML::Node description = Get(*top, "description"); description.IsDefined()) {
+    auto text = spec_internal::ScalarText(description, field("description"), "free text",
+                                          "quote it");
+    if (!text) return std::unexpected(text.error());
+  }
+  std::optional<double> inter_node;
+  if (YAML::Node node = Get(*top, "inter_node"); node.IsDefined()) {
+    auto value = spec_internal::ReadBandwidth(node, field("inter_node"));
+    if (!value) return std::unexpected(value.error());
+    inter_node = *value;
+  }
+  if (YAML::Node node = Get(*top, "inter_node_latency"); node.IsDefined()) {
+    auto value = spec_internal::ReadDuration(node, field("inter_node_latency"));
+    if (!value) return std::unexpected(value.error());
+    cluster.inter_node_latency_seconds = *value;
+  }
+
+  const std::string nodes_rule =
+      "a cluster needs a non-empty `nodes:` list of node kinds, each with gpu, count and "
+      "gpus_per_node";
+  YAML::Node nodes = Get(*top, "nodes");
+  if (!nodes.IsDefined() || nodes.IsNull()) {
+    return InvalidArgument(FieldMessage(field("nodes"), "", "missing", nodes_rule, kExample));
+  }
+  if (!nodes.IsSequence() || nodes.size() == 0) {
+    return InvalidArgument(FieldMessage(field("nodes"), "",
+                                        nodes.IsSequence() ? "empty list" : "not a list",
+                                        nodes_rule, "write each node kind as `- gpu: H100-SXM`"));
+  }
+
+  std::vector<std::string> kind_names;  // `name:` of each kind, or "" when not given
+  int64_t total_ranks = 0;
+  for (size_t index = 0; index < nodes.size(); ++index) {
+    const std::string where = field("nodes[" + std::to_string(index) + "]");
+    auto entries = CheckedEntries(nodes[index], where, kKindKeys, "a node kind");
+    if (!entries) return std::unexpected(entries.error());
+    NodeKind kind;
+
+    std::string kind_name;
+    if (YAML::Node name = Get(*entries, "name"); name.IsDefined()) {
+      auto text = spec_internal::ScalarText(name, where + ".name",
+                                            "an optional label that `links:` can refer to",
+                                            "write name: h100-nodes");
+      if (!text) return std::unexpected(text.error());
+      kind_name = *text;
+    }
+
+    const YAML::Node gpu = Get(*entries, "gpu");
+    const std::string gpu_rule =
+        "a device-catalog name, case-insensitive, or an inline device {name, bf16_tflops, "
+        "memory}";
+    if (gpu.IsDefined() && gpu.IsMap()) {
+      auto spec = spec_internal::ParseDeviceRow(gpu, where + ".gpu", nullptr,
+                                                "inline device in " + file);
+      if (!spec) return std::unexpected(spec.error());
+      kind.device = *spec;
+    } else {
+      auto text = spec_internal::ScalarText(gpu, where + ".gpu", gpu_rule,
+                                            "write gpu: H100-SXM (see docs/devices.md)");
+      if (!text) return std::unexpected(text.error());
+      auto spec = catalog.Find(*text, where + ".gpu");
+      if (!spec) return std::unexpected(spec.error());
+      kind.device = *spec;
+    }
+
+    auto count = spec_internal::ReadInt(Get(*entries, "count"), where + ".count", 1, kMaxRanks,
+                                        "count is the number of nodes of this kind, a whole "
+                                        "number >= 1",
+                                        "write count: 2, or remove the node kind");
+    if (!count) return std::unexpected(count.error());
+    kind.count = static_cast<int>(*count);
+    auto per_node = spec_internal::ReadInt(
+        Get(*entries, "gpus_per_node"), where + ".gpus_per_node", 1, kMaxRanks,
+        "gpus_per_node is the number of GPUs in each node, a whole number >= 1",
+        "write gpus_per_node: 8");
+    if (!per_node) return std::unexpected(per_node.error());
+    kind.gpus_per_node = static_cast<int>(*per_node);
+    total_ranks += *count * *per_node;
+    if (total_ranks > kMaxRanks) {
+      return InvalidArgument(FieldMessage(
+          where, "", "the cluster has " + std::to_string(total_ranks) + " GPUs so far",
+          "at most " + std::to_string(kMaxRanks) + " GPUs in a cluster",
+          "check count and gpus_per_node"));
+    }
+
+    kind.intra_node_bytes_per_second = kind.device.intra_node_bytes_per_second;
+    if (YAML::Node node = Get(*entries, "intra_node"); node.IsDefined()) {
+      auto value = spec_internal::ReadBandwidth(node, where + ".intra_node");
+      if (!value) return std::unexpected(value.error());
+      kind.intra_node_bytes_per_second = *value;
+    }
+    kind.nic_bytes_per_second = inter_node.value_or(kind.device.nic_bytes_per_second);
+    if (YAML::Node node = Get(*entries, "nic"); node.IsDefined()) {
+      auto value = spec_internal::ReadBandwidth(node, where + ".nic");
+      if (!value) return std::unexpected(value.error());
+      kind.nic_bytes_per_second = *value;
+    }
+    // Keep the device row consistent with the links this kind actually has.
+    kind.device.intra_node_bytes_per_second = kind.intra_node_bytes_per_second;
+    kind.device.nic_bytes_per_second = kind.nic_bytes_per_second;
+
+    struct FractionField {
+      const char* key;
+      double* target;
+    };
+    for (FractionField efficiency :
+         {FractionField{"gemm_efficiency", &kind.device.gemm_efficiency},
+          FractionField{"attention_efficiency", &kind.device.attention_efficiency}}) {
+      const YAML::Node node = Get(*entries, efficiency.key);
+      if (!node.IsDefined()) continue;
+      auto value = spec_internal::ReadPositive(
+          node, where + "." + efficiency.key, true,
+          "the achievable fraction of peak, a number in (0, 1]", "write 0.6 for 60% of peak");
+      if (!value) return std::unexpected(value.error());
+      *efficiency.target = *value;
+    }
+
+    kind.latency_seconds = kDefaultIntraNodeLatencySeconds;
+    if (YAML::Node node = Get(*entries, "latency"); node.IsDefined()) {
+      auto value = spec_internal::ReadDuration(node, where + ".latency");
+      if (!value) return std::unexpected(value.error());
+      kind.latency_seconds = *value;
+    }
+    cluster.kinds.push_back(std::move(kind));
+    kind_names.push_back(kind_name);
+  }
+
+  // links: overrides between node kinds, referred to by `name:` or by gpu name.
+  if (YAML::Node links = Get(*top, "links"); links.IsDefined() && !links.IsNull()) {
+    std::vector<std::string> known;
+    for (size_t kind = 0; kind < cluster.kinds.size(); ++kind) {
+      for (const std::string& label : {kind_names[kind], cluster.kinds[kind].device.name}) {
+        if (!label.empty() && std::find(known.begin(), known.end(), label) == known.end()) {
+          known.push_back(label);
+        }
+      }
+    }
+    const std::string between_rule =
+        "between names two node kinds, each by its `name:` or its gpu name";
+    const std::string between_hint = "node kinds here are " + JoinList(known, "and");
+    if (!links.IsSequence()) {
+      return InvalidArgument(FieldMessage(field("links"), "", "not a list",
+                                          "links is a list of {between: [A, B], bandwidth}",
+                                          "write - {between: [H100-SXM, A100-SXM-80G], "
+                                          "bandwidth: 12 GB/s}"));
+    }
+    for (size_t index = 0; index < links.size(); ++index) {
+      const std::string where = field("links[" + std::to_string(index) + "]");
+      auto entries = CheckedEntries(links[index], where, kLinkKeys, "a link override");
+      if (!entries) return std::unexpected(entries.error());
+      const YAML::Node between = Get(*entries, "between");
+      if (!between.IsDefined() || !between.IsSequence() || between.size() != 2) {
+        return InvalidArgument(FieldMessage(where + ".between", "",
+                                            between.IsDefined() ? "not a list of two names"
+                                                                : "missing",
+                                            between_rule, between_hint));
+      }
+      std::vector<int> sides[2];
+      for (size_t side = 0; side < 2; ++side) {
+        const std::string side_where = where + ".between[" + std::to_string(side) + "]";
+        auto label = spec_internal::ScalarText(between[side], side_where, between_rule,
+                                               between_hint);
+        if (!label) return std::unexpected(label.error());
+        for (size_t kind = 0; kind < cluster.kinds.size(); ++kind) {
+          if (EqualsIgnoreCase(*label, kind_names[kind]) ||
+              EqualsIgnoreCase(*label, cluster.kinds[kind].device.name)) {
+            sides[side].push_back(static_cast<int>(kind));
+          }
+        }
+        if (sides[side].empty()) {
+          const auto closest = spec_internal::ClosestNames(*label, known, 1);
+          return InvalidArgument(FieldMessage(
+              side_where, Quote(*label), "no node kind has this name or gpu", between_rule,
+              between_hint + (closest.empty() ? "" : "; did you mean " + closest[0] + "?")));
+        }
+      }
+      auto bandwidth = spec_internal::ReadBandwidth(Get(*entries, "bandwidth"),
+                                                    where + ".bandwidth");
+      if (!bandwidth) return std::unexpected(bandwidth.error());
+      for (int kind_a : sides[0]) {
+        for (int kind_b : sides[1]) {
+          cluster.links.push_back(LinkOverride{kind_a, kind_b, *bandwidth});
+        }
+      }
+    }
+  }
+  cluster.Finalize();
+  return cluster;
+}
+
+}  // namespace
+
+double Cluster::Bandwidth(int a, int b) const {
+  const RankInfo& rank_a = ranks[a];
+  const RankInfo& rank_b = ranks[b];
+  if (a == b) {
+    // A local copy; callers should not need it, but it must be finite and positive.
+    const DeviceSpec& spec = kinds[rank_a.kind].device;
+    return spec.hbm_bytes_per_second > 0 ? spec.hbm_bytes_per_second
+                                         : kinds[rank_a.kind].intra_node_bytes_per_second;
+  }
+  if (rank_a.node == rank_b.node) return kinds[rank_a.kind].intra_node_bytes_per_second;
+  // The last matching override wins, so a later `links:` entry refines an earlier one.
+  for (auto link = links.rbegin(); link != links.rend(); ++link) {
+    if ((link->kind_a == rank_a.kind && link->kind_b == rank_b.kind) ||
+        (link->kind_a == rank_b.kind && link->kind_b == rank_a.kind)) {
+      return link->bytes_per_second;
+    }
+  }
+  return std::min(kinds[rank_a.kind].nic_bytes_per_second,
+                  kinds[rank_b.kind].nic_bytes_per_second);
+}
+
+double Cluster::Latency(int a, int b) const {
+  if (a == b) return 0;
+  if (ranks[a].node == ranks[b].node) return kinds[ranks[a].kind].latency_seconds;
+  return inter_node_latency_seconds;
+}
+
+double Cluster::TotalGemmFlops() const {
+  double total = 0;
+  for (const RankInfo& rank : ranks) total += kinds[rank.kind].device.GemmFlops();
+  return total;
+}
+
+double Cluster::TotalAttentionFlops() const {
+  double total = 0;
+  for (const RankInfo& rank : ranks) total += kinds[rank.kind].device.AttentionFlops();
+  return total;
+}
+
+void Cluster::Finalize() {
+  nodes.clear();
+  ranks.clear();
+  int next_rank = 0;
+  for (size_t kind = 0; kind < kinds.size(); ++kind) {
+    for (int copy = 0; copy < kinds[kind].count; ++copy) {
+      NodeInfo node;
+      node.node = static_cast<int>(nodes.size());
+      node.kind = static_cast<int>(kind);
+      node.first_rank = next_rank;
+      node.num_ranks = kinds[kind].gpus_per_node;
+      for (int local = 0; local < kinds[kind].gpus_per_node; ++local) {
+        ranks.push_back(RankInfo{next_rank, node.node, node.kind, local});
+        ++next_rank;
+      }
+      nodes.push_back(node);
+    }
+  }
+}
+
+Result<Cluster> ParseCluster(const std::string& text, const std::string& source_name,
+                             const DeviceCatalog& catalog) {
+  auto root = spec_internal::ParseYamlDocument(
+      text, source_name, "cluster file",
+      "a cluster file is a mapping with name, nodes and optional inter_node, links; " +
+          std::string(kExample),
+      false);
+  if (!root) return std::unexpected(root.error());
+  try {
+    return ParseRoot(*root, source_name, catalog);
+  } catch (const std::exception& e) {
+    // yaml-cpp may still throw on exotic input; never let it escape as a crash.
+    return InvalidArgument(source_name + ": cannot read the cluster file: " + e.what() +
+                           " (rule: a cluster file is a YAML mapping; hint: " + kExample + ")");
+  }
+}
+
+Result<Cluster> LoadCluster(const std::string& path, const DeviceCatalog& catalog) {
+  auto text = spec_internal::ReadTextFile(path, "cluster file");
+  if (!text) return std::unexpected(text.error());
+  return ParseCluster(*text, path, catalog);
+}
+
+Cluster MakeCluster(const std::vector<DeviceSpec>& devices, const std::vector<int>& node_counts,
+                    int gpus_per_node, double nic_bytes_per_second) {
+  HEXISEQ_CHECK(devices.size() == node_counts.size(), "one node count per device");
+  HEXISEQ_CHECK(gpus_per_node >= 1, "gpus_per_node >= 1");
+  Cluster cluster;
+  for (size_t index = 0; index < devices.size(); ++index) {
+    if (!cluster.name.empty()) cluster.name += "+";
+    cluster.name += std::to_string(node_counts[index]) + "x" + std::to_string(gpus_per_node) +
+                    "x" + devices[index].name;
+    NodeKind kind;
+    kind.device = devices[index];
+    kind.count = node_counts[index];
+    kind.gpus_per_node = gpus_per_node;
+    kind.intra_node_bytes_per_second = devices[index].intra_node_bytes_per_second;
+    kind.nic_bytes_per_second =
+        nic_bytes_per_second > 0 ? nic_bytes_per_second : devices[index].nic_bytes_per_second;
+    kind.device.nic_bytes_per_second = kind.nic_bytes_per_second;
+    kind.latency_seconds = kDefaultIntraNodeLatencySeconds;
+    cluster.kinds.push_back(std::move(kind));
+  }
+  cluster.Finalize();
+  return cluster;
+}
+
+}  // namespace hexiseq

@@ -1,0 +1,25 @@
+#include "spec/error.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace hexiseq {
+
+const char* ErrorCodeName(ErrorCode code) {
+  switch (code) {
+    case ErrorCode::kInvalidArgument: return "invalid argument";
+    case ErrorCode::kInfeasible: return "infeasible";
+    case ErrorCode::kNotSupported: return "not supported";
+    case ErrorCode::kIo: return "I/O error";
+    case ErrorCode::kInternal: return "internal error";
+  }
+  return "error";
+}
+
+void AssertFail(const char* expr, const char* file, int line, const char* what) {
+  std::fprintf(stderr, "hexiseq: internal error: %s:%d: check failed: %s (%s)\n", file, line, expr,
+               what);
+  std::abort();
+}
+
+}  // namespace hexiseq

@@ -1,0 +1,60 @@
+// Transformer model shapes (decoder-only, GQA) and the workload around them. Presets are the
+// published configurations; each cites its source. Ignores biases and norms in FLOP counts
+// (they are < 0.1% of the total) but counts them in parameter memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "spec/error.h"
+
+namespace hexiseq {
+
+struct ModelSpec {
+  std::string name;
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;      // query heads H
+  int kv_heads = 0;   // KV heads G; H % G == 0
+  int head_dim = 0;   // d_h; defaults to hidden / heads
+  int ffn_hidden = 0;
+  int vocab = 0;
+  bool gated_mlp = true;  // SwiGLU (3 matrices) vs GELU MLP (2 matrices)
+  std::string source;
+  bool tied_embeddings = false;  // output head shares the input embedding (counted once)
+
+  int heads_per_kv() const { return heads / kv_heads; }
+  // Parameters of one transformer layer that take part in per-token GEMMs:
+  // Q, K, V, O projections + MLP.
+  double LayerGemmParams() const;
+  // All parameters (layers + embedding + output head + norms).
+  double TotalParams() const;
+  bool operator==(const ModelSpec&) const = default;
+};
+
+const std::vector<ModelSpec>& ModelPresets();
+
+// A preset name (case-insensitive) or a path to a YAML file with
+// layers, hidden, heads, kv_heads, ffn_hidden, vocab [, head_dim, gated_mlp, name].
+Result<ModelSpec> LoadModel(const std::string& name_or_path);
+Result<ModelSpec> ParseModel(const std::string& text, const std::string& source_name);
+
+enum class Recompute { kNone, kSelective, kFull };
+const char* RecomputeName(Recompute r);
+Result<Recompute> ParseRecompute(const std::string& text);
+
+struct Workload {
+  int64_t seq_len = 0;        // tokens per sequence S
+  int batch = 1;              // sequences per iteration (processed one after another)
+  Recompute recompute = Recompute::kFull;
+  int zero_stage = 3;         // 0..3
+  double memory_reserve = 0.1;  // fraction of each device's memory kept free
+  int bytes_per_element = 2;  // bf16 activations
+  bool operator==(const Workload&) const = default;
+};
+
+// Validates ranges: seq_len >= 1, batch >= 1, zero in 0..3, reserve in [0, 1).
+Result<void> ValidateWorkload(const Workload& w);
+
+}  // namespace hexiseq

@@ -1,11 +1,254 @@
-// Placeholder until the subsystem lands.
+// plan, compare, validate, explain: parse, load, call the planner, print.
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
 #include "cli/cli.h"
+#include "cli/inputs.h"
+#include "sched/baselines.h"
+#include "spec/units.h"
 
 namespace hexiseq::cli {
+namespace {
+
+struct PlanFlags {
+  InputFlags in;
+  std::string strategy = "hexiseq";
+  std::string format = "table";
+  std::string output;
+  double time_limit = 0;
+};
+
+Result<StrategyResult> RunStrategy(const CostModel& model, const std::string& name) {
+  if (name == "ring") return RingBaseline(model);
+  if (name == "ulysses") return UlyssesBaseline(model);
+  if (name == "usp") return UspBaseline(model);
+  if (name == "hetero-ring") return HeteroRingBaseline(model);
+  if (name == "subset") return SubsetBaseline(model);
+  if (name == "hexiseq") return ProportionalPlan(model);
+  return InvalidArgument("--strategy = \"" + name +
+                         "\": unknown (rule: one of hexiseq, exact, ring, ulysses, usp, "
+                         "hetero-ring, subset)");
+}
+
+std::string Percent(double fraction) { return Fixed(100.0 * fraction, 1) + "%"; }
+
+std::string PlanSummary(const Plan& plan, const CostModel& model, const PlanCost& cost) {
+  std::vector<std::vector<std::string>> rows = {
+      {"group", "ranks", "devices", "tokens", "ranges", "heads per member"}};
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    const PlanGroup& group = plan.groups[g];
+    std::string ranks, devices, heads;
+    for (size_t i = 0; i < group.members.size(); ++i) {
+      const PlanMember& m = group.members[i];
+      if (i) { ranks += ","; heads += ","; }
+      ranks += std::to_string(m.rank);
+      heads += std::to_string(m.heads.size());
+      const std::string& d = model.cluster().device(m.rank).name;
+      if (devices.find(d) == std::string::npos) devices += (devices.empty() ? "" : "+") + d;
+    }
+    if (ranks.size() > 40) ranks = ranks.substr(0, 37) + "...";
+    if (heads.size() > 40) heads = heads.substr(0, 37) + "...";
+    rows.push_back({std::to_string(g), ranks, devices, std::to_string(TotalTokens(group.tokens)),
+                    std::to_string(group.tokens.size()), heads});
+  }
+  std::string out = "strategy " + plan.strategy + " (" + plan.config + ")\n";
+  out += "predicted: " + Fixed(cost.iteration_seconds, 3) + " s/iteration, " +
+         Fixed(cost.tokens_per_second, 0) + " tokens/s, " +
+         Percent(model.IdealIterationSeconds() / cost.iteration_seconds) + " of ideal, max memory " +
+         Percent(cost.max_memory_fraction) + "\n\n";
+  return out + FormatTable(rows);
+}
+
+int RunPlan(const PlanFlags& f) {
+  auto model = LoadInputs(f.in);
+  if (!model) return ReportError(model.error());
+  auto result = RunStrategy(**model, f.strategy);
+  if (!result) return ReportError(result.error());
+  if (!result->applicable)
+    return ReportError(Error{ErrorCode::kNotSupported,
+                             "strategy " + f.strategy + " is not applicable: " + result->reason});
+  if (!result->cost.feasible)
+    return ReportError(Error{ErrorCode::kInfeasible,
+                             "infeasible: " + result->cost.infeasible_reason +
+                                 " (hint: try --recompute full, a shorter --seq, --zero 3, or "
+                                 "more or larger GPUs)"});
+  std::string text = f.format == "json"
+                         ? PlanToJson(result->plan)
+                         : PlanSummary(result->plan, **model, result->cost);
+  if (!f.output.empty()) {
+    if (auto r = SavePlan(result->plan, f.output); !r) return ReportError(r.error());
+    std::fprintf(stderr, "wrote %s\n", f.output.c_str());
+    if (f.format == "json") return 0;
+  }
+  std::fputs(text.c_str(), stdout);
+  return 0;
+}
+
+int RunCompare(const PlanFlags& f) {
+  auto loaded = LoadInputs(f.in);
+  if (!loaded) return ReportError(loaded.error());
+  const CostModel& model = **loaded;
+  std::vector<StrategyResult> results = AllBaselines(model);
+  double best_baseline = 0;
+  for (const StrategyResult& r : results)
+    if (r.feasible() && (best_baseline == 0 || r.cost.iteration_seconds < best_baseline))
+      best_baseline = r.cost.iteration_seconds;
+  auto hex = RunStrategy(model, f.strategy == "exact" ? "hexiseq" : f.strategy);
+  if (!hex) return ReportError(hex.error());
+  results.push_back(*hex);
+  const double ideal = model.IdealIterationSeconds();
+
+  if (f.format == "json") {
+    nlohmann::json j;
+    j["ideal_tokens_per_second"] = model.IdealTokensPerSecond();
+    j["strategies"] = nlohmann::json::array();
+    for (const StrategyResult& r : results) {
+      nlohmann::json s;
+      s["strategy"] = r.strategy;
+      s["config"] = r.config;
+      s["feasible"] = r.feasible();
+      s["reason"] = r.reason;
+      const bool scored = r.applicable;
+      s["iteration_seconds"] = scored ? nlohmann::json(r.cost.iteration_seconds) : nullptr;
+      s["tokens_per_second"] = scored ? nlohmann::json(r.cost.tokens_per_second) : nullptr;
+      s["fraction_of_ideal"] = scored ? nlohmann::json(ideal / r.cost.iteration_seconds) : nullptr;
+      s["speedup_over_best_baseline"] =
+          scored && best_baseline > 0 ? nlohmann::json(best_baseline / r.cost.iteration_seconds)
+                                      : nullptr;
+      s["max_memory_fraction"] = scored ? nlohmann::json(r.cost.max_memory_fraction) : nullptr;
+      j["strategies"].push_back(std::move(s));
+    }
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {{"strategy", "config", "feasible", "iter s",
+                                                 "tokens/s", "vs best baseline", "of ideal",
+                                                 "max mem"}};
+  std::vector<std::string> notes;
+  for (const StrategyResult& r : results) {
+    if (!r.applicable) {
+      rows.push_back({r.strategy, "-", "n/a", "-", "-", "-", "-", "-"});
+      notes.push_back(r.strategy + ": not applicable: " + r.reason);
+      continue;
+    }
+    rows.push_back({r.strategy, r.config, r.feasible() ? "yes" : "no",
+                    Fixed(r.cost.iteration_seconds, 3), Fixed(r.cost.tokens_per_second, 0),
+                    best_baseline > 0 ? Fixed(best_baseline / r.cost.iteration_seconds, 3) + "x"
+                                      : "-",
+                    Percent(ideal / r.cost.iteration_seconds),
+                    Percent(r.cost.max_memory_fraction)});
+    if (!r.feasible()) notes.push_back(r.strategy + ": " + r.reason);
+  }
+  const Workload& w = model.workload();
+  std::printf("cluster %s: %d ranks; model %s; seq %s x batch %d; recompute %s; zero %d\n",
+              model.cluster().name.c_str(), model.cluster().num_ranks(),
+              model.model().name.c_str(), FormatTokens(w.seq_len).c_str(), w.batch,
+              RecomputeName(w.recompute), w.zero_stage);
+  std::printf("ideal (aggregate-compute bound): %.3f s/iteration, %.0f tokens/s\n\n", ideal,
+              model.IdealTokensPerSecond());
+  std::fputs(FormatTable(rows).c_str(), stdout);
+  for (const std::string& n : notes) std::printf("  %s\n", n.c_str());
+  return 0;
+}
+
+Result<std::pair<Plan, std::unique_ptr<CostModel>>> LoadPlanAndInputs(const std::string& path,
+                                                                      const InputFlags& in) {
+  auto plan = LoadPlan(path);
+  if (!plan) return std::unexpected(plan.error());
+  auto model = LoadInputs(in, &*plan);
+  if (!model) return std::unexpected(model.error());
+  if (auto v = Validate(*plan, (*model)->cluster(), (*model)->model()); !v)
+    return std::unexpected(Error{v.error().code, path + ": " + v.error().message});
+  return std::pair{std::move(*plan), std::move(*model)};
+}
+
+int RunValidate(const std::string& path, const InputFlags& in) {
+  auto loaded = LoadPlanAndInputs(path, in);
+  if (!loaded) return ReportError(loaded.error());
+  const Plan& plan = loaded->first;
+  const PlanCost cost = loaded->second->Evaluate(plan);
+  std::printf("%s: valid %s plan: %zu groups over %d ranks, %s tokens, %d heads\n", path.c_str(),
+              plan.strategy.c_str(), plan.groups.size(), plan.num_ranks,
+              FormatTokens(plan.seq_len).c_str(), plan.num_heads);
+  if (!cost.feasible) {
+    std::fprintf(stderr, "hexiseq: %s: infeasible: %s\n", path.c_str(),
+                 cost.infeasible_reason.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+int RunExplain(const std::string& path, const InputFlags& in) {
+  auto loaded = LoadPlanAndInputs(path, in);
+  if (!loaded) return ReportError(loaded.error());
+  const Plan& plan = loaded->first;
+  const CostModel& model = *loaded->second;
+  const PlanCost cost = model.Evaluate(plan);
+  std::fputs(PlanSummary(plan, model, cost).c_str(), stdout);
+  std::printf("\nper iteration: local (linear + all-to-all) %.3f s, ring attention %.3f s, "
+              "recompute %.3f s, LM head %.3f s, exposed gradient sync %.3f s\n",
+              cost.local_seconds, cost.ring_seconds, cost.recompute_seconds, cost.head_seconds,
+              cost.grad_sync_seconds);
+  std::vector<std::vector<std::string>> rows = {
+      {"rank", "device", "group", "tokens", "heads", "linear s", "attention s", "all-to-all s",
+       "ring comm s", "ring exposed s", "memory", "capacity", "mem %"}};
+  for (const PlanGroup& g : plan.groups)
+    for (const PlanMember& m : g.members) {
+      const RankCost& rc = cost.ranks[m.rank];
+      rows.push_back({std::to_string(m.rank), model.cluster().device(m.rank).name,
+                      std::to_string(rc.group), std::to_string(TotalTokens(m.tokens)),
+                      std::to_string(m.heads.size()), Fixed(rc.linear_seconds, 3),
+                      Fixed(rc.attention_seconds, 3), Fixed(rc.all_to_all_seconds, 3),
+                      Fixed(rc.ring_comm_seconds, 3), Fixed(rc.ring_exposed_seconds, 3),
+                      FormatBytes(rc.memory_bytes), FormatBytes(rc.memory_capacity_bytes),
+                      Percent(rc.memory_bytes / rc.memory_capacity_bytes)});
+    }
+  std::printf("\n%s", FormatTable(rows).c_str());
+  if (cost.bottleneck_rank >= 0)
+    std::printf("\nbottleneck: rank %d (%s), phase: %s\n", cost.bottleneck_rank,
+                model.cluster().device(cost.bottleneck_rank).name.c_str(),
+                cost.bottleneck_phase.c_str());
+  if (!cost.feasible) std::printf("infeasible: %s\n", cost.infeasible_reason.c_str());
+  return cost.feasible ? 0 : 1;
+}
+
+}  // namespace
 
 void AddPlanningCommands(CLI::App& app, Actions& actions) {
-  (void)app;
-  (void)actions;
+  static PlanFlags plan_flags, compare_flags;
+  static std::string validate_plan, explain_plan;
+  static InputFlags validate_in, explain_in;
+
+  CLI::App* plan = app.add_subcommand("plan", "Plan a cluster + model + sequence");
+  AddInputFlags(plan, plan_flags.in, true);
+  plan->add_option("--strategy", plan_flags.strategy,
+                   "hexiseq|exact|ring|ulysses|usp|hetero-ring|subset")
+      ->check(CLI::IsMember(
+          {"hexiseq", "exact", "ring", "ulysses", "usp", "hetero-ring", "subset"}));
+  plan->add_option("--format", plan_flags.format, "table|json")
+      ->check(CLI::IsMember({"table", "json"}));
+  plan->add_option("-o,--output", plan_flags.output, "Write the plan JSON to this file");
+  plan->add_option("--time-limit", plan_flags.time_limit, "Planner time limit in seconds");
+  actions[plan] = [] { return RunPlan(plan_flags); };
+
+  CLI::App* compare = app.add_subcommand("compare", "Every strategy side by side");
+  AddInputFlags(compare, compare_flags.in, true);
+  compare->add_option("--format", compare_flags.format, "table|json")
+      ->check(CLI::IsMember({"table", "json"}));
+  actions[compare] = [] { return RunCompare(compare_flags); };
+
+  CLI::App* validate = app.add_subcommand("validate", "Check a plan's invariants");
+  validate->add_option("--plan", validate_plan, "Plan JSON file")->required();
+  AddInputFlags(validate, validate_in, false);
+  actions[validate] = [] { return RunValidate(validate_plan, validate_in); };
+
+  CLI::App* explain = app.add_subcommand("explain", "Per-rank breakdown and the bottleneck");
+  explain->add_option("--plan", explain_plan, "Plan JSON file")->required();
+  AddInputFlags(explain, explain_in, false);
+  actions[explain] = [] { return RunExplain(explain_plan, explain_in); };
 }
 
 }  // namespace hexiseq::cli

@@ -117,26 +117,24 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
   }
 
   // ---- Local phase: all-to-all in (Q, K, V), all-to-all out (O), linear layers.
-  auto a2a_time = [&](size_t r, bool inbound) {
-    // inbound: token -> head layout (Q + K + V); outbound: O back to token layout.
+  // A rank's transfer time is the larger of its send and receive totals, with intra-node
+  // (NVLink) and inter-node (NIC) traffic on separate links.
+  auto a2a_time = [&](const std::vector<std::vector<double>>& matrix, size_t r) {
     double send_intra = 0, send_inter = 0, recv_intra = 0, recv_inter = 0;
     for (size_t j = 0; j < m; ++j) {
       if (j == r) continue;
       const int a = group.members[r].rank, b = group.members[j].rank;
-      double to_j, from_j;
-      if (inbound) {
-        to_j = s[r] * (h[j] + 2.0 * kv[j]) * dh * bytes;
-        from_j = s[j] * (h[r] + 2.0 * kv[r]) * dh * bytes;
-      } else {
-        to_j = s[j] * h[r] * dh * bytes;
-        from_j = s[r] * h[j] * dh * bytes;
-      }
       const bool intra = cluster_.SameNode(a, b);
-      (intra ? send_intra : send_inter) += TransferSeconds(a, b, to_j);
-      (intra ? recv_intra : recv_inter) += TransferSeconds(b, a, from_j);
+      (intra ? send_intra : send_inter) += TransferSeconds(a, b, matrix[r][j]);
+      (intra ? recv_intra : recv_inter) += TransferSeconds(b, a, matrix[j][r]);
     }
     return std::max({send_intra, send_inter, recv_intra, recv_inter});
   };
+  std::vector<std::vector<double>> bytes_in, bytes_out;
+  if (m > 1) {
+    bytes_in = AllToAllBytes(group, true);
+    bytes_out = AllToAllBytes(group, false);
+  }
   const double lin_flops_per_token = LinearForwardFlopsPerToken();
   const double mlp_fraction =
       (model_.gated_mlp ? 3.0 : 2.0) * model_.hidden * model_.ffn_hidden /
@@ -146,7 +144,8 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
   for (size_t i = 0; i < m; ++i) {
     const DeviceSpec& dev = cluster_.device(group.members[i].rank);
     lin[i] = s[i] * lin_flops_per_token / dev.GemmFlops();
-    const double in = m > 1 ? a2a_time(i, true) : 0, outb = m > 1 ? a2a_time(i, false) : 0;
+    const double in = m > 1 ? a2a_time(bytes_in, i) : 0;
+    const double outb = m > 1 ? a2a_time(bytes_out, i) : 0;
     a2a[i] = in + outb;
     a2a_in = std::max(a2a_in, in);
     a2a_out = std::max(a2a_out, outb);
@@ -258,6 +257,26 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
     mem.logits = std::min<int64_t>(s[i], k_.loss_chunk_tokens) * model_.vocab * 4.0 * 2;
   }
   finish_memory();
+  return out;
+}
+
+std::vector<std::vector<double>> CostModel::AllToAllBytes(const PlanGroup& group,
+                                                         bool inbound) const {
+  const size_t m = group.members.size();
+  const double dh = model_.head_dim, bytes = workload_.bytes_per_element;
+  std::vector<double> s(m), h(m), kv(m);
+  for (size_t i = 0; i < m; ++i) {
+    s[i] = static_cast<double>(TotalTokens(group.members[i].tokens));
+    h[i] = static_cast<double>(group.members[i].heads.size());
+    kv[i] = static_cast<double>(KvHeadsOf(group.members[i].heads, model_.heads,
+                                          model_.kv_heads).size());
+  }
+  std::vector<std::vector<double>> out(m, std::vector<double>(m, 0.0));
+  for (size_t i = 0; i < m; ++i)
+    for (size_t j = 0; j < m; ++j) {
+      if (i == j) continue;
+      out[i][j] = inbound ? s[i] * (h[j] + 2 * kv[j]) * dh * bytes : s[j] * h[i] * dh * bytes;
+    }
   return out;
 }
 

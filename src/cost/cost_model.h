@@ -129,6 +129,11 @@ class CostModel {
   // Model-state memory per rank (weights + gradients + optimizer) for the ZeRO stage.
   MemoryBreakdown ModelStateMemory() const;
 
+  // Bytes member i sends to member j in the group's all-to-all: inbound (token -> head layout)
+  // carries Q[tau_i, eta_j] and K, V[tau_i, kv(eta_j)]; outbound carries O[tau_j, eta_i] back.
+  // Indexed [i][j] by member position; the diagonal stays local (0).
+  std::vector<std::vector<double>> AllToAllBytes(const PlanGroup& group, bool inbound) const;
+
   // Seconds to move `bytes` from rank a to rank b (alpha-beta).
   double TransferSeconds(int a, int b, double bytes) const;
 

@@ -226,7 +226,9 @@ Result<std::vector<std::pair<std::string, YAML::Node>>> CheckedEntries(
                                           "remove the list or mapping used as a key"));
     }
     const std::string key = it->first.Scalar();
-    const std::string key_where = where.empty() ? key : where + "." + key;
+    const std::string key_where = where.empty()       ? key
+                                  : where.back() == ':' ? where + " " + key
+                                                        : where + "." + key;
     if (std::find(valid.begin(), valid.end(), key) == valid.end()) {
       const auto closest = ClosestNames(key, valid, 1);
       return InvalidArgument(FieldMessage(

@@ -1,0 +1,88 @@
+#include "cli/inputs.h"
+
+#include <cstdio>
+
+#include "plan/plan.h"
+#include "spec/units.h"
+
+namespace hexiseq::cli {
+
+void AddInputFlags(CLI::App* cmd, InputFlags& flags, bool workload) {
+  cmd->add_option("--cluster", flags.cluster, "Cluster file (YAML or JSON)")->required();
+  cmd->add_option("--model", flags.model, "Model preset name or model YAML file")->required();
+  cmd->add_option("--device-table", flags.device_table,
+                  "YAML device table overriding catalog rows (peaks, efficiencies)");
+  if (!workload) return;
+  cmd->add_option("--seq", flags.seq, "Sequence length, e.g. 256K, 1M, 131072")->required();
+  cmd->add_option("--batch", flags.batch, "Sequences per iteration")->check(CLI::PositiveNumber);
+  cmd->add_option("--recompute", flags.recompute, "Activation recompute: full|selective|none")
+      ->check(CLI::IsMember({"full", "selective", "none"}));
+  cmd->add_option("--zero", flags.zero, "ZeRO stage 0..3")->check(CLI::Range(0, 3));
+  cmd->add_option("--memory-reserve", flags.memory_reserve,
+                  "Fraction of each device's memory kept free")
+      ->check(CLI::Range(0.0, 0.95));
+}
+
+Result<std::unique_ptr<CostModel>> LoadInputs(const InputFlags& flags, const Plan* plan) {
+  DeviceCatalog catalog;
+  if (!flags.device_table.empty())
+    if (auto r = catalog.MergeFile(flags.device_table); !r) return std::unexpected(r.error());
+  auto cluster = LoadCluster(flags.cluster, catalog);
+  if (!cluster) return std::unexpected(cluster.error());
+  auto model = LoadModel(flags.model);
+  if (!model) return std::unexpected(model.error());
+  Workload w;
+  if (plan) {
+    w.seq_len = plan->seq_len;
+    w.batch = plan->batch;
+    auto rec = ParseRecompute(plan->recompute);
+    if (!rec) return std::unexpected(rec.error());
+    w.recompute = *rec;
+    w.zero_stage = plan->zero_stage;
+    w.memory_reserve = flags.memory_reserve;
+  } else {
+    auto seq = ParseTokenCount(flags.seq, "--seq");
+    if (!seq) return std::unexpected(seq.error());
+    w.seq_len = *seq;
+    w.batch = flags.batch;
+    auto rec = ParseRecompute(flags.recompute);
+    if (!rec) return std::unexpected(rec.error());
+    w.recompute = *rec;
+    w.zero_stage = flags.zero;
+    w.memory_reserve = flags.memory_reserve;
+  }
+  if (auto r = ValidateWorkload(w); !r) return std::unexpected(r.error());
+  return std::make_unique<CostModel>(*cluster, *model, w);
+}
+
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows)
+    for (size_t c = 0; c < row.size(); ++c) {
+      if (width.size() <= c) width.push_back(0);
+      width[c] = std::max(width[c], row[c].size());
+    }
+  std::string out;
+  for (size_t r = 0; r < rows.size(); ++r) {
+    std::string line;
+    for (size_t c = 0; c < rows[r].size(); ++c) {
+      line += rows[r][c];
+      if (c + 1 < rows[r].size()) line += std::string(width[c] - rows[r][c].size() + 2, ' ');
+    }
+    out += line + "\n";
+    if (r == 0) {
+      size_t total = 0;
+      for (size_t c = 0; c < width.size(); ++c) total += width[c] + (c + 1 < width.size() ? 2 : 0);
+      out += std::string(total, '-') + "\n";
+    }
+  }
+  return out;
+}
+
+std::string Fixed(double value, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, value);
+  return buf;
+}
+
+}  // namespace hexiseq::cli

@@ -1,0 +1,36 @@
+// Shared CLI plumbing: the input flags every planning command takes (--cluster, --model, --seq,
+// workload flags, --device-table), loading them into a CostModel, and plain-text tables.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cost/cost_model.h"
+#include "plan/plan.h"
+#include "spec/error.h"
+
+namespace hexiseq::cli {
+
+struct InputFlags {
+  std::string cluster, model, seq, device_table;
+  int batch = 1;
+  std::string recompute = "full";
+  int zero = 3;
+  double memory_reserve = 0.1;
+};
+
+// Adds --cluster, --model, --device-table; with `workload` also --seq (required), --batch,
+// --recompute, --zero, --memory-reserve.
+void AddInputFlags(CLI::App* cmd, InputFlags& flags, bool workload);
+
+// Loads catalog, cluster, model and workload. Workload fields come from the flags, or from
+// `plan` when given (explain/validate/simulate score a plan with its own workload).
+Result<std::unique_ptr<CostModel>> LoadInputs(const InputFlags& flags, const Plan* plan = nullptr);
+
+// A left-aligned text table: first row is the header.
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
+std::string Fixed(double value, int digits);
+
+}  // namespace hexiseq::cli

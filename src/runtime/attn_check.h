@@ -1,0 +1,51 @@
+// attn-check: runs random Q, K, V, dO through the distributed attention of a plan and compares
+// O, LSE, dQ, dK, dV with the naive double-precision single-process reference on the whole
+// sequence. Inputs are a pure function of (seed, tensor, global position, head, dim), so each rank
+// generates only its own tokens' rows and the reference regenerates all of them.
+// Relative error of a tensor = max |distributed - reference| / max |reference| (norm-wise, so
+// entries near zero do not blow it up); documented in docs/runtime.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+#include "runtime/comm.h"
+#include "runtime/dist_attention.h"
+#include "spec/error.h"
+
+namespace hexiseq::runtime {
+
+struct AttnCheckOptions {
+  int head_dim = 32;
+  uint64_t seed = 1;
+  double tolerance = 1e-5;  // on the relative error of every output
+};
+
+struct ErrorStats {
+  std::string name;
+  double max_abs = 0;      // max |a - b|
+  double max_ref = 0;      // max |b|
+  int64_t worst = -1;      // flat index of the largest |a - b|, in the reference's [S][heads][d]
+  double relative() const { return max_ref > 0 ? max_abs / max_ref : max_abs; }
+};
+
+struct AttnCheckReport {
+  bool has_errors = false;        // true on the rank that ran the reference (rank 0)
+  std::vector<ErrorStats> errors; // O, LSE, dQ, dK, dV
+  bool passed = false;            // every relative error <= tolerance (agreed by all ranks)
+  std::vector<PhaseTimes> forward_times;   // by rank (filled on rank 0)
+  std::vector<PhaseTimes> backward_times;  // by rank (filled on rank 0)
+  double reference_seconds = 0;
+};
+
+// Deterministic input value in [-1, 1) for (seed, tensor id, position, head, dim).
+float InputValue(uint64_t seed, int tensor, int64_t position, int head, int dim);
+
+// Collective over `world` (plan.num_ranks ranks). Errors (plan mismatch, bad plan, head_dim) are
+// returned identically on every rank.
+Result<AttnCheckReport> RunAttnCheck(const Plan& plan, Comm& world,
+                                     const AttnCheckOptions& options);
+
+}  // namespace hexiseq::runtime

@@ -1,0 +1,420 @@
+#include "sched/baselines.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <numeric>
+
+namespace hexiseq {
+namespace {
+
+std::string InputHash(const CostModel& model) {
+  // FNV-1a over the inputs that determine a plan.
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](const std::string& s) {
+    for (unsigned char c : s) { h ^= c; h *= 1099511628211ull; }
+  };
+  const Cluster& c = model.cluster();
+  mix(c.name);
+  for (const NodeKind& k : c.kinds) {
+    mix(k.device.name + std::to_string(k.count) + "x" + std::to_string(k.gpus_per_node) + "/" +
+        std::to_string(k.intra_node_bytes_per_second) + "/" +
+        std::to_string(k.nic_bytes_per_second) + "/" + std::to_string(k.device.gemm_efficiency) +
+        "/" + std::to_string(k.device.attention_efficiency));
+  }
+  for (const LinkOverride& l : c.links)
+    mix(std::to_string(l.kind_a) + "-" + std::to_string(l.kind_b) + ":" +
+        std::to_string(l.bytes_per_second));
+  const ModelSpec& m = model.model();
+  mix(m.name + std::to_string(m.layers) + "/" + std::to_string(m.hidden) + "/" +
+      std::to_string(m.heads) + "/" + std::to_string(m.kv_heads));
+  const Workload& w = model.workload();
+  mix(std::to_string(w.seq_len) + "/" + std::to_string(w.batch) + "/" +
+      RecomputeName(w.recompute) + "/" + std::to_string(w.zero_stage) + "/" +
+      std::to_string(w.memory_reserve));
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::vector<int> AllHeads(int num_heads) {
+  std::vector<int> heads(num_heads);
+  std::iota(heads.begin(), heads.end(), 0);
+  return heads;
+}
+
+// Ring over `active` ranks in the given order: one rank per group, uniform zigzag, all heads.
+Plan RingPlan(const CostModel& model, const std::vector<int>& active,
+              const std::vector<int>& idle, const std::string& strategy) {
+  Plan plan = EmptyPlan(model, strategy);
+  const int n = static_cast<int>(active.size());
+  const std::vector<Ranges> shards = UniformZigzag(model.workload().seq_len, n);
+  for (int i = 0; i < n; ++i)
+    AddGroup(plan, model.cluster(), {active[i]}, shards[i], {shards[i]},
+             {AllHeads(model.model().heads)});
+  if (!idle.empty()) AddIdleGroup(plan, model.cluster(), idle);
+  return plan;
+}
+
+// USP over `active` ranks: cp groups of hp ranks; hp_in_node picks consecutive ranks per group,
+// otherwise strided ranks (CP neighbours share a node).
+Plan UspPlan(const CostModel& model, const std::vector<int>& active, const std::vector<int>& idle,
+             int cp, int hp, bool hp_in_node, const std::string& strategy) {
+  Plan plan = EmptyPlan(model, strategy);
+  const std::vector<Ranges> shards = UniformZigzag(model.workload().seq_len, cp);
+  const std::vector<std::vector<int>> heads =
+      SplitHeads(model.model().heads, model.model().kv_heads, std::vector<double>(hp, 1.0));
+  for (int g = 0; g < cp; ++g) {
+    std::vector<int> ranks;
+    for (int j = 0; j < hp; ++j) ranks.push_back(active[hp_in_node ? g * hp + j : j * cp + g]);
+    AddGroup(plan, model.cluster(), ranks, shards[g],
+             SplitTokens(shards[g], std::vector<double>(hp, 1.0)), heads);
+  }
+  if (!idle.empty()) AddIdleGroup(plan, model.cluster(), idle);
+  return plan;
+}
+
+std::string UspConfig(int cp, int hp, bool hp_in_node) {
+  return "cp=" + std::to_string(cp) + " hp=" + std::to_string(hp) +
+         (hp_in_node ? " hp-in-node" : " cp-in-node");
+}
+
+// The best symmetric plan (ring, ulysses or usp) over the given ranks.
+StrategyResult BestUsp(const CostModel& model, const std::vector<int>& active,
+                       const std::vector<int>& idle, const std::string& strategy) {
+  const int n = static_cast<int>(active.size());
+  const int heads = model.model().heads;
+  StrategyResult best;
+  bool have = false;
+  for (int hp = 1; hp <= n; ++hp) {
+    if (n % hp != 0 || heads % hp != 0) continue;
+    const int cp = n / hp;
+    for (bool hp_in_node : {true, false}) {
+      if ((hp == 1 || cp == 1) && !hp_in_node) continue;  // placements coincide
+      StrategyResult r = Score(model, UspPlan(model, active, idle, cp, hp, hp_in_node, strategy),
+                               UspConfig(cp, hp, hp_in_node));
+      if (!have || Better(r, best)) { best = std::move(r); have = true; }
+    }
+  }
+  if (!have) {
+    best.strategy = strategy;
+    best.applicable = false;
+    best.reason = "no factorisation cp x hp = " + std::to_string(n) + " with hp dividing " +
+                  std::to_string(heads) + " heads";
+  }
+  return best;
+}
+
+StrategyResult NotApplicable(const std::string& strategy, const std::string& reason) {
+  StrategyResult r;
+  r.strategy = strategy;
+  r.applicable = false;
+  r.reason = reason;
+  r.cost.feasible = false;
+  return r;
+}
+
+std::vector<int> Iota(int n) {
+  std::vector<int> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+}  // namespace
+
+bool Better(const StrategyResult& a, const StrategyResult& b) {
+  if (a.feasible() != b.feasible()) return a.feasible();
+  if (!a.applicable) return false;
+  if (!b.applicable) return true;
+  if (a.cost.iteration_seconds != b.cost.iteration_seconds)
+    return a.cost.iteration_seconds < b.cost.iteration_seconds;
+  return a.cost.max_memory_fraction < b.cost.max_memory_fraction;
+}
+
+std::vector<int64_t> LargestRemainder(int64_t total, const std::vector<double>& weights) {
+  const size_t n = weights.size();
+  std::vector<int64_t> out(n, 0);
+  double sum = 0;
+  for (double w : weights) sum += std::max(0.0, w);
+  if (n == 0 || total <= 0) return out;
+  if (sum <= 0) {
+    for (size_t i = 0; i < n; ++i) out[i] = total / static_cast<int64_t>(n) +
+                                            (static_cast<int64_t>(i) < total % static_cast<int64_t>(n));
+    return out;
+  }
+  std::vector<std::pair<double, size_t>> rest;
+  int64_t assigned = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double exact = static_cast<double>(total) * std::max(0.0, weights[i]) / sum;
+    out[i] = static_cast<int64_t>(std::floor(exact));
+    assigned += out[i];
+    if (weights[i] > 0) rest.push_back({exact - static_cast<double>(out[i]), i});
+  }
+  std::stable_sort(rest.begin(), rest.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (size_t k = 0; assigned < total; k = (k + 1) % rest.size(), ++assigned) ++out[rest[k].second];
+  for (size_t i = 0; assigned > total; i = (i + 1) % n)  // floating overshoot (rare)
+    if (out[i] > 0) { --out[i]; --assigned; }
+  return out;
+}
+
+std::vector<Ranges> ZigzagSplit(int64_t seq_len, const std::vector<double>& weights) {
+  // A mirrored pair [a, a + x) and [S - a - y, S - a) with x == y does x (S + 1) causal work
+  // wherever it sits, so equal head and tail sizes proportional to the weights balance the work.
+  const int64_t front_total = seq_len / 2, back_total = seq_len - front_total;
+  const std::vector<int64_t> front = LargestRemainder(front_total, weights);
+  const std::vector<int64_t> back = LargestRemainder(back_total, weights);
+  std::vector<Ranges> out(weights.size());
+  int64_t head = 0, tail = seq_len;
+  for (size_t k = 0; k < weights.size(); ++k) {
+    Ranges r;
+    if (front[k] > 0) r.push_back({head, head + front[k]});
+    if (back[k] > 0) r.push_back({tail - back[k], tail});
+    head += front[k];
+    tail -= back[k];
+    out[k] = Normalize(r);
+  }
+  return out;
+}
+
+std::vector<Ranges> UniformZigzag(int64_t seq_len, int parts) {
+  return ZigzagSplit(seq_len, std::vector<double>(parts, 1.0));
+}
+
+std::vector<Ranges> SplitTokens(const Ranges& group_tokens, const std::vector<double>& weights) {
+  const std::vector<int64_t> counts = LargestRemainder(TotalTokens(group_tokens), weights);
+  std::vector<Ranges> out;
+  int64_t offset = 0;
+  for (int64_t c : counts) {
+    out.push_back(SliceByOffset(group_tokens, offset, c));
+    offset += c;
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> SplitHeads(int num_heads, int num_kv_heads,
+                                         const std::vector<double>& weights) {
+  const size_t n = weights.size();
+  const int per_kv = num_heads / num_kv_heads;
+  double sum = 0;
+  for (double w : weights) sum += std::max(0.0, w);
+  std::vector<double> target(n);
+  for (size_t i = 0; i < n; ++i)
+    target[i] = sum > 0 ? num_heads * std::max(0.0, weights[i]) / sum : double(num_heads) / n;
+  // Whole KV groups first (floor of each member's share), then the leftover heads.
+  std::vector<int64_t> counts(n);
+  int64_t used = 0;
+  std::vector<double> rest(n);
+  for (size_t i = 0; i < n; ++i) {
+    counts[i] = static_cast<int64_t>(std::floor(target[i] / per_kv + 1e-9)) * per_kv;
+    used += counts[i];
+    rest[i] = std::max(0.0, target[i] - counts[i]);
+  }
+  // Leftover whole KV groups by largest remainder in units of KV groups where possible.
+  const int64_t left = num_heads - used;
+  const std::vector<int64_t> groups_extra = LargestRemainder(left / per_kv, rest);
+  for (size_t i = 0; i < n; ++i) {
+    counts[i] += groups_extra[i] * per_kv;
+    rest[i] = std::max(0.0, rest[i] - groups_extra[i] * per_kv);
+  }
+  const std::vector<int64_t> heads_extra = LargestRemainder(left % per_kv, rest);
+  for (size_t i = 0; i < n; ++i) counts[i] += heads_extra[i];
+  std::vector<std::vector<int>> out(n);
+  int head = 0;
+  for (size_t i = 0; i < n; ++i)
+    for (int64_t c = 0; c < counts[i]; ++c) out[i].push_back(head++);
+  return out;
+}
+
+Plan EmptyPlan(const CostModel& model, const std::string& strategy) {
+  Plan plan;
+  plan.strategy = strategy;
+  plan.model = model.model().name;
+  plan.seq_len = model.workload().seq_len;
+  plan.batch = model.workload().batch;
+  plan.recompute = RecomputeName(model.workload().recompute);
+  plan.zero_stage = model.workload().zero_stage;
+  plan.num_heads = model.model().heads;
+  plan.num_kv_heads = model.model().kv_heads;
+  plan.num_ranks = model.cluster().num_ranks();
+  plan.planner = "hexiseq 0.1.0";
+  plan.input_hash = InputHash(model);
+  return plan;
+}
+
+void AddGroup(Plan& plan, const Cluster& cluster, const std::vector<int>& ranks,
+              const Ranges& group_tokens, const std::vector<Ranges>& member_tokens,
+              const std::vector<std::vector<int>>& member_heads) {
+  PlanGroup group;
+  group.ranks = ranks;
+  group.tokens = Normalize(group_tokens);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    PlanMember m;
+    m.rank = ranks[i];
+    m.device = cluster.device(ranks[i]).name;
+    m.node = cluster.ranks[ranks[i]].node;
+    m.tokens = i < member_tokens.size() ? Normalize(member_tokens[i]) : Ranges{};
+    m.heads = i < member_heads.size() ? member_heads[i] : std::vector<int>{};
+    std::sort(m.heads.begin(), m.heads.end());
+    group.members.push_back(std::move(m));
+  }
+  plan.groups.push_back(std::move(group));
+}
+
+void AddIdleGroup(Plan& plan, const Cluster& cluster, const std::vector<int>& ranks) {
+  AddGroup(plan, cluster, ranks, {}, {}, {});
+}
+
+StrategyResult Score(const CostModel& model, Plan plan, const std::string& config) {
+  StrategyResult r;
+  r.strategy = plan.strategy;
+  r.config = config;
+  plan.config = config;
+  r.cost = model.Evaluate(plan);
+  AttachPrediction(plan, r.cost);
+  r.plan = std::move(plan);
+  if (!r.cost.feasible) r.reason = "infeasible: " + r.cost.infeasible_reason;
+  return r;
+}
+
+StrategyResult RingBaseline(const CostModel& model) {
+  const int n = model.cluster().num_ranks();
+  // Rank order keeps each node's ranks adjacent, so the ring crosses the slow links least; the
+  // alternative interleaves nodes. Keep the better.
+  StrategyResult best = Score(model, RingPlan(model, Iota(n), {}, "ring"), "cp=" + std::to_string(n));
+  std::vector<int> by_local;
+  const Cluster& c = model.cluster();
+  for (int local = 0;; ++local) {
+    bool any = false;
+    for (const NodeInfo& node : c.nodes)
+      if (local < node.num_ranks) { by_local.push_back(node.first_rank + local); any = true; }
+    if (!any) break;
+  }
+  if (c.nodes.size() > 1) {
+    StrategyResult alt = Score(model, RingPlan(model, by_local, {}, "ring"),
+                               "cp=" + std::to_string(n) + " interleaved");
+    if (Better(alt, best)) best = std::move(alt);
+  }
+  return best;
+}
+
+StrategyResult UlyssesBaseline(const CostModel& model) {
+  const int n = model.cluster().num_ranks();
+  const int heads = model.model().heads;
+  if (heads % n != 0)
+    return NotApplicable("ulysses", std::to_string(heads) + " heads do not divide over " +
+                                        std::to_string(n) + " ranks");
+  Plan plan = UspPlan(model, Iota(n), {}, 1, n, true, "ulysses");
+  std::string config = "hp=" + std::to_string(n);
+  if (n > model.model().kv_heads) config += " kv-replicated";
+  return Score(model, std::move(plan), config);
+}
+
+StrategyResult UspBaseline(const CostModel& model) {
+  return BestUsp(model, Iota(model.cluster().num_ranks()), {}, "usp");
+}
+
+StrategyResult HeteroRingBaseline(const CostModel& model) {
+  const Cluster& c = model.cluster();
+  const int n = c.num_ranks();
+  std::vector<double> weights(n);
+  for (int r = 0; r < n; ++r) weights[r] = c.device(r).AttentionFlops();
+  auto build = [&](const std::vector<double>& w) {
+    Plan plan = EmptyPlan(model, "hetero-ring");
+    const std::vector<Ranges> shards = ZigzagSplit(model.workload().seq_len, w);
+    for (int r = 0; r < n; ++r)
+      AddGroup(plan, c, {r}, shards[r], {shards[r]}, {AllHeads(model.model().heads)});
+    return plan;
+  };
+  StrategyResult best = Score(model, build(weights), "speed-proportional");
+  // Memory cap: shrink the shards of ranks over capacity (activations grow with tokens) and
+  // hand the rest to the others; a few rounds converge.
+  for (int round = 0; round < 8 && !best.cost.feasible; ++round) {
+    bool changed = false;
+    for (int r = 0; r < n; ++r) {
+      const RankCost& rc = best.cost.ranks[r];
+      if (rc.memory_bytes <= rc.memory_capacity_bytes) continue;
+      const MemoryBreakdown& m = rc.memory;
+      const double fixed = m.weights + m.gradients + m.optimizer + m.logits;
+      const double variable = rc.memory_bytes - fixed;
+      const double room = rc.memory_capacity_bytes - fixed;
+      weights[r] *= room > 0 && variable > 0 ? std::max(0.0, 0.97 * room / variable) : 0.0;
+      changed = true;
+    }
+    if (!changed) break;
+    if (std::all_of(weights.begin(), weights.end(), [](double w) { return w <= 0; })) break;
+    StrategyResult next = Score(model, build(weights), "speed-proportional memory-capped");
+    best = std::move(next);
+  }
+  return best;
+}
+
+StrategyResult SubsetBaseline(const CostModel& model) {
+  const Cluster& c = model.cluster();
+  // Device types by effective speed, fastest first.
+  std::map<std::string, double> speed;
+  for (int r = 0; r < c.num_ranks(); ++r)
+    speed[c.device(r).name] = c.device(r).GemmFlops() + c.device(r).AttentionFlops();
+  std::vector<std::pair<double, std::string>> types;
+  for (const auto& [name, s] : speed) types.push_back({-s, name});
+  std::sort(types.begin(), types.end());
+  if (types.size() < 2)
+    return NotApplicable("subset", "one device type: the subset is the whole cluster");
+  StrategyResult best;
+  bool have = false;
+  for (size_t keep = 1; keep < types.size(); ++keep) {
+    std::vector<int> active, idle;
+    for (int r = 0; r < c.num_ranks(); ++r) {
+      bool fast = false;
+      for (size_t t = 0; t < keep; ++t) fast |= c.device(r).name == types[t].second;
+      (fast ? active : idle).push_back(r);
+    }
+    std::string types_text;
+    for (size_t t = 0; t < keep; ++t) types_text += (t ? "+" : "") + types[t].second;
+    StrategyResult r = BestUsp(model, active, idle, "subset");
+    if (!r.applicable) continue;
+    r.config = types_text + " " + r.config;
+    r.plan.config = r.config;
+    if (!have || Better(r, best)) { best = std::move(r); have = true; }
+  }
+  if (!have) return NotApplicable("subset", "no symmetric plan fits the heads on any subset");
+  return best;
+}
+
+StrategyResult ProportionalPlan(const CostModel& model) {
+  const Cluster& c = model.cluster();
+  Plan plan = EmptyPlan(model, "hexiseq");
+  std::vector<double> group_weights;
+  for (const NodeInfo& node : c.nodes) {
+    double w = 0;
+    for (int r = node.first_rank; r < node.first_rank + node.num_ranks; ++r)
+      w += c.device(r).AttentionFlops();
+    group_weights.push_back(w);
+  }
+  const std::vector<Ranges> shards = ZigzagSplit(model.workload().seq_len, group_weights);
+  for (size_t g = 0; g < c.nodes.size(); ++g) {
+    const NodeInfo& node = c.nodes[g];
+    std::vector<int> ranks;
+    std::vector<double> gemm, attn;
+    for (int r = node.first_rank; r < node.first_rank + node.num_ranks; ++r) {
+      ranks.push_back(r);
+      gemm.push_back(c.device(r).GemmFlops());
+      attn.push_back(c.device(r).AttentionFlops());
+    }
+    AddGroup(plan, c, ranks, shards[g], SplitTokens(shards[g], gemm),
+             SplitHeads(model.model().heads, model.model().kv_heads, attn));
+  }
+  return Score(model, std::move(plan), "groups=nodes proportional");
+}
+
+std::vector<StrategyResult> AllBaselines(const CostModel& model) {
+  std::vector<StrategyResult> out;
+  out.push_back(RingBaseline(model));
+  out.push_back(UlyssesBaseline(model));
+  out.push_back(UspBaseline(model));
+  out.push_back(HeteroRingBaseline(model));
+  out.push_back(SubsetBaseline(model));
+  return out;
+}
+
+}  // namespace hexiseq

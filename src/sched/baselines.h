@@ -1,0 +1,80 @@
+// Baseline plans, each at its strongest, and the building blocks every strategy shares:
+// zigzag (head + tail) sequence placement balanced for causal work, KV-aware largest-remainder
+// head splits, proportional token splits. Every baseline is an ordinary Plan scored by the same
+// CostModel, so comparisons are like for like.
+//   ring        N groups of one rank, uniform zigzag shards (2N chunks), best ring order
+//   ulysses     one group of all ranks, uniform heads (not applicable when heads don't divide)
+//   usp         every CP x HP = N factorisation, HP inside nodes or CP inside nodes; the best
+//   hetero-ring one rank per group, all heads, zigzag shards sized to attention speed, memory-capped
+//   subset      the best of ring/ulysses/usp on the fastest device types only; others idle
+//   hexiseq (proportional) groups = nodes, sequence by compute, tokens by GEMM speed, heads by
+//               attention speed (the first HexiSeq strategy; the scheduler refines it)
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cost/cost_model.h"
+#include "plan/plan.h"
+
+namespace hexiseq {
+
+struct StrategyResult {
+  std::string strategy;
+  std::string config;       // e.g. "cp=4 hp=4 hp-in-node"
+  bool applicable = true;   // false: `reason` says why (e.g. heads do not divide)
+  std::string reason;       // not applicable / infeasible reason
+  Plan plan;                // with `predicted` attached
+  PlanCost cost;
+  bool feasible() const { return applicable && cost.feasible; }
+};
+
+// Better = feasible before infeasible, then lower iteration time, then lower memory fraction.
+bool Better(const StrategyResult& a, const StrategyResult& b);
+
+StrategyResult RingBaseline(const CostModel& model);
+StrategyResult UlyssesBaseline(const CostModel& model);
+StrategyResult UspBaseline(const CostModel& model);
+StrategyResult HeteroRingBaseline(const CostModel& model);
+StrategyResult SubsetBaseline(const CostModel& model);
+StrategyResult ProportionalPlan(const CostModel& model);  // strategy "hexiseq" until the scheduler
+// ring, ulysses, usp, hetero-ring, subset, in that order.
+std::vector<StrategyResult> AllBaselines(const CostModel& model);
+
+// ---- Building blocks (also used by the scheduler).
+
+// Splits [0, S) among groups with weights w_k (>= 0) as zigzag head + tail chunks: group k gets
+// [a_k, b_k) from the front and a mirrored chunk from the back, sized so that each group's causal
+// work W(Sigma_k) is proportional to w_k (exactly, up to integer rounding). Groups with w_k = 0
+// get no tokens. REQUIRES: some w_k > 0.
+std::vector<Ranges> ZigzagSplit(int64_t seq_len, const std::vector<double>& weights);
+// Uniform zigzag for `parts` equal shares (2 * parts chunks, Megatron-CP style).
+std::vector<Ranges> UniformZigzag(int64_t seq_len, int parts);
+
+// Carves a group's ranges into member shards with token counts proportional to weights
+// (largest-remainder rounding, sums exactly to the group's tokens).
+std::vector<Ranges> SplitTokens(const Ranges& group_tokens, const std::vector<double>& weights);
+
+// Integer counts proportional to weights summing to `total` (largest remainder; deterministic
+// ties by index).
+std::vector<int64_t> LargestRemainder(int64_t total, const std::vector<double>& weights);
+
+// Splits query heads 0..H-1 among members proportional to weights. KV-aware: first whole KV
+// groups are handed out by largest remainder, then leftover heads, so a split cuts a KV group
+// only when the proportions require it. Each member's heads are contiguous in the result.
+std::vector<std::vector<int>> SplitHeads(int num_heads, int num_kv_heads,
+                                         const std::vector<double>& weights);
+
+// Builds a plan shell for the cost model's cluster/model/workload (strategy, counts, no groups).
+Plan EmptyPlan(const CostModel& model, const std::string& strategy);
+// Appends a group: ranks, member token shards, member head sets. Fills device and node fields.
+void AddGroup(Plan& plan, const Cluster& cluster, const std::vector<int>& ranks,
+              const Ranges& group_tokens, const std::vector<Ranges>& member_tokens,
+              const std::vector<std::vector<int>>& member_heads);
+// Appends one idle group holding `ranks` (no tokens, no heads).
+void AddIdleGroup(Plan& plan, const Cluster& cluster, const std::vector<int>& ranks);
+
+// Scores the plan, attaches the prediction and wraps it.
+StrategyResult Score(const CostModel& model, Plan plan, const std::string& config);
+
+}  // namespace hexiseq

@@ -1,0 +1,114 @@
+// Internal to the scheduler: the "layout" form of a plan and an incrementally scored working copy.
+// A layout lists groups in ring order; group k takes a front chunk of `front` tokens (laid from 0
+// in group order) and a back chunk of `back` tokens (laid from S downwards in group order), so a
+// transfer between two groups moves only the chunks between them. Members own token counts (their
+// shards are consecutive slices of the group's ranges) and head counts (consecutive blocks of
+// query heads in member order). The cost model scores only counts, ranges and KV sets, so this
+// form loses nothing it can see. Ignores plans whose groups hold more than two chunks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cost/cost_model.h"
+#include "plan/plan.h"
+
+namespace hexiseq::sched_internal {
+
+struct GroupLayout {
+  std::vector<int> ranks;       // members in order
+  int64_t front = 0, back = 0;  // chunk sizes
+  std::vector<int64_t> tokens;  // per member; sums to front + back
+  std::vector<int> heads;       // per member head counts; sum H, or all 0 when the group is idle
+  int64_t total() const { return front + back; }
+  bool operator==(const GroupLayout&) const = default;
+};
+using Layout = std::vector<GroupLayout>;
+
+// Builds the concrete plan (no prediction attached).
+Plan BuildPlan(const CostModel& model, const Layout& layout, const std::string& strategy,
+               const std::string& config);
+// Recognises a plan that has the layout form (each group's ranges are its front chunk at the
+// running front position and/or its back chunk at the running back position, heads are
+// consecutive blocks in member order). Returns false otherwise.
+bool LayoutFromPlan(const Plan& plan, Layout& layout);
+
+// Lexicographic objective: feasible first; then iteration time (feasible) or max memory fraction
+// (infeasible); then a spread term that breaks ties between equal maxima so descent can leave
+// plateaus (lower = fewer groups at the maximum).
+struct Score {
+  bool feasible = false;
+  double primary = 0;
+  double secondary = 0;
+};
+bool Less(const Score& a, const Score& b);
+
+// Weights for new members: tokens by GEMM speed, heads by attention speed (KV-aware rounding).
+std::vector<int64_t> TokensByGemm(const CostModel& model, const std::vector<int>& ranks,
+                                  int64_t total);
+std::vector<int> HeadsByAttention(const CostModel& model, const std::vector<int>& ranks);
+
+// A move of the coordinate descent.
+struct Move {
+  enum Kind { kMemberTokens, kHeads, kGroupTokens } kind = kMemberTokens;
+  int group = 0, other_group = 0;  // kGroupTokens: from `group` to `other_group`
+  int from = 0, to = 0;            // member indices (kMemberTokens, kHeads)
+  int64_t amount = 0;              // tokens or heads
+  int64_t front = 0, back = 0;     // kGroupTokens: chunk deltas taken from `group`
+};
+
+class PlanState {
+ public:
+  PlanState(const CostModel& model, Layout layout);
+
+  const Layout& layout() const { return layout_; }
+  const Plan& plan() const { return plan_; }
+  const std::vector<GroupCost>& group_costs() const { return costs_; }
+  const Score& score() const { return score_; }
+  double IterationSeconds() const { return iteration_; }
+  int num_groups() const { return static_cast<int>(layout_.size()); }
+
+  // Applies the move if it is legal; returns false (and changes nothing) when it is not.
+  // Try: applies, scores, undoes; returns the score it would have (legal == false: not legal).
+  bool Apply(const Move& move);
+  Score Try(const Move& move, bool& legal);
+
+  // Phase-bottleneck groups (slowest in each phase, the worst memory group when infeasible),
+  // deduplicated, in a fixed order.
+  std::vector<int> BottleneckGroups() const;
+  // Resets the normalization of the spread term to the current phase maxima.
+  void Renormalize();
+
+ private:
+  struct Saved {
+    std::vector<int> groups;
+    std::vector<GroupLayout> layouts;
+    std::vector<PlanGroup> plan_groups;
+    std::vector<GroupCost> costs;
+    bool full = false;
+    std::vector<CostModel::RingContext> rings;
+    std::vector<GroupCost> all_costs;
+    Score score;
+    double iteration = 0;
+  };
+  bool Mutate(const Move& move, Saved& saved);
+  void Restore(Saved& saved);
+  void RebuildGroup(int group);
+  void RecomputePositions();
+  void EvaluateAll();
+  void ComputeScore();
+
+  const CostModel& model_;
+  Layout layout_;
+  Plan plan_;
+  std::vector<int64_t> front_pos_, back_pos_;  // start of the front chunk, end of the back chunk
+  std::vector<CostModel::RingContext> rings_;
+  std::vector<GroupCost> costs_;
+  double sync_seconds_ = 0;
+  double norm_[6] = {1, 1, 1, 1, 1, 1};
+  Score score_;
+  double iteration_ = 0;
+};
+
+}  // namespace hexiseq::sched_internal

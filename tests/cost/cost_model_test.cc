@@ -1,0 +1,228 @@
+// The analytical cost model against closed forms and hand computation.
+#include "cost/cost_model.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "spec/units.h"
+
+namespace hexiseq {
+namespace {
+
+DeviceSpec Device(const std::string& name, double tflops, double gemm_eff, double attn_eff,
+                  double memory_gib = 80) {
+  DeviceSpec d;
+  d.name = name;
+  d.peak_flops = tflops * 1e12;
+  d.memory_bytes = memory_gib * kGiB;
+  d.hbm_bytes_per_second = 2e12;
+  d.intra_node_bytes_per_second = 450e9;
+  d.nic_bytes_per_second = 50e9;
+  d.gemm_efficiency = gemm_eff;
+  d.attention_efficiency = attn_eff;
+  return d;
+}
+
+ModelSpec Tiny() {
+  ModelSpec m;
+  m.name = "tiny";
+  m.layers = 2;
+  m.hidden = 64;
+  m.heads = 4;
+  m.kv_heads = 2;
+  m.head_dim = 8;
+  m.ffn_hidden = 128;
+  m.vocab = 256;
+  m.gated_mlp = true;
+  return m;
+}
+
+ModelSpec Llama8b() {  // llama3-8b shapes
+  ModelSpec m;
+  m.name = "llama3-8b";
+  m.layers = 32;
+  m.hidden = 4096;
+  m.heads = 32;
+  m.kv_heads = 8;
+  m.head_dim = 128;
+  m.ffn_hidden = 14336;
+  m.vocab = 128256;
+  return m;
+}
+
+// Ring plan: one rank per group, uniform contiguous halves mirrored (zigzag), all heads.
+Plan RingPlan(int n, int64_t seq, const ModelSpec& model) {
+  Plan p;
+  p.seq_len = seq;
+  p.num_heads = model.heads;
+  p.num_kv_heads = model.kv_heads;
+  p.num_ranks = n;
+  const int64_t chunk = seq / (2 * n);
+  std::vector<int> heads;
+  for (int h = 0; h < model.heads; ++h) heads.push_back(h);
+  for (int r = 0; r < n; ++r) {
+    Ranges t = {{r * chunk, (r + 1) * chunk}, {seq - (r + 1) * chunk, seq - r * chunk}};
+    p.groups.push_back({{r}, t, {{r, "", 0, t, heads}}});
+  }
+  return p;
+}
+
+TEST(CostModel, HomogeneousRingMatchesTextbookFlops) {
+  const ModelSpec model = Llama8b();
+  const Cluster cluster = MakeCluster({Device("X", 1000, 0.8, 0.6)}, {1}, 8, 0);
+  Workload w;
+  w.seq_len = 131072;
+  const CostModel cm(cluster, model, w);
+  const Plan plan = RingPlan(8, w.seq_len, model);
+  ASSERT_TRUE(Validate(plan, cluster, model)) << Validate(plan, cluster, model).error().message;
+  const PlanCost cost = cm.Evaluate(plan);
+
+  // Textbook: causal attention forward = 2 matmuls x 2 FLOP/MAC x d_model x S(S+1)/2 pairs;
+  // backward 2.5x, full recompute +1x. Linear: 2 FLOP per parameter per token, x(1 + 2 + 1).
+  const double s = w.seq_len, d = model.hidden;
+  const double attn = 4.0 * d * s * (s + 1) / 2 * model.layers * (1 + 2.5 + 1);
+  const double layer_params = d * d * 2 + 2 * d * 1024 + 3 * d * 14336;  // Q, O, K+V (GQA), MLP
+  const double linear = 2 * layer_params * s * model.layers * 4 + 2 * s * model.vocab * d * 3;
+  double attn_seen = 0, linear_seen = 0;
+  for (const RankCost& rc : cost.ranks) {
+    attn_seen += rc.attention_seconds * 1000e12 * 0.6;
+    linear_seen += rc.linear_seconds * 1000e12 * 0.8;
+  }
+  EXPECT_NEAR(attn_seen / attn, 1.0, 1e-9);
+  EXPECT_NEAR(linear_seen / linear, 1.0, 1e-9);
+  EXPECT_NEAR(cm.TotalAttentionFlops() / attn, 1.0, 1e-9);
+  EXPECT_NEAR(cm.TotalLinearFlops() / linear, 1.0, 1e-9);
+  // Zigzag makes every rank's attention work equal, so the ring is close to the ideal.
+  for (const RankCost& rc : cost.ranks)
+    EXPECT_NEAR(rc.attention_seconds / cost.ranks[0].attention_seconds, 1.0, 1e-6);
+  EXPECT_GT(cm.IdealIterationSeconds() / cost.iteration_seconds, 0.9);
+  EXPECT_LE(cm.IdealIterationSeconds(), cost.iteration_seconds);
+  EXPECT_TRUE(cost.feasible) << cost.infeasible_reason;
+}
+
+TEST(CostModel, AllToAllBytesTwoRanksUneven) {
+  // H = 4, G = 2, d_h = 8, bf16. Rank 0: 3 tokens, heads {0,1,2} (KV 0,1); rank 1: 5 tokens,
+  // head {3} (KV 1).
+  const ModelSpec model = Tiny();
+  const Cluster cluster = MakeCluster({Device("X", 100, 0.8, 0.6)}, {1}, 2, 0);
+  Workload w;
+  w.seq_len = 8;
+  const CostModel cm(cluster, model, w);
+  PlanGroup g{{0, 1}, {{0, 8}}, {{0, "", 0, {{0, 3}}, {0, 1, 2}}, {1, "", 0, {{3, 8}}, {3}}}};
+  const auto in = cm.AllToAllBytes(g, true), out = cm.AllToAllBytes(g, false);
+  EXPECT_EQ(in[0][1], 3 * (1 + 2 * 1) * 8 * 2);  // Q of head 3 + K,V of KV head 1, 3 tokens
+  EXPECT_EQ(in[1][0], 5 * (3 + 2 * 2) * 8 * 2);  // Q of 3 heads + K,V of 2 KV heads, 5 tokens
+  EXPECT_EQ(out[0][1], 5 * 3 * 8 * 2);           // O of rank 1's 5 tokens for heads 0..2
+  EXPECT_EQ(out[1][0], 3 * 1 * 8 * 2);           // O of rank 0's 3 tokens for head 3
+  EXPECT_EQ(in[0][0], 0);
+}
+
+TEST(CostModel, AllToAllBytesThreeRanksUneven) {
+  // Rank 0: 2 tokens, heads {0} (KV 0); rank 1: 7 tokens, heads {1, 2} (KV 0, 1 - cut);
+  // rank 2: 0 tokens, head {3} (KV 1).
+  const ModelSpec model = Tiny();
+  const Cluster cluster = MakeCluster({Device("X", 100, 0.8, 0.6)}, {1}, 3, 0);
+  Workload w;
+  w.seq_len = 9;
+  const CostModel cm(cluster, model, w);
+  PlanGroup g{{0, 1, 2},
+              {{0, 9}},
+              {{0, "", 0, {{0, 2}}, {0}}, {1, "", 0, {{2, 9}}, {1, 2}}, {2, "", 0, {}, {3}}}};
+  const auto in = cm.AllToAllBytes(g, true);
+  EXPECT_EQ(in[0][1], 2 * (2 + 2 * 2) * 16);
+  EXPECT_EQ(in[0][2], 2 * (1 + 2 * 1) * 16);
+  EXPECT_EQ(in[1][0], 7 * (1 + 2 * 1) * 16);
+  EXPECT_EQ(in[1][2], 7 * (1 + 2 * 1) * 16);
+  EXPECT_EQ(in[2][0], 0);
+  EXPECT_EQ(in[2][1], 0);
+  const auto out = cm.AllToAllBytes(g, false);
+  EXPECT_EQ(out[2][0], 2 * 1 * 16);  // rank 2 returns O of head 3 for rank 0's 2 tokens
+  EXPECT_EQ(out[2][1], 7 * 1 * 16);
+  EXPECT_EQ(out[1][2], 0);           // rank 2 has no tokens
+}
+
+TEST(CostModel, MemoryHandComputedForSmallModel) {
+  // Tiny model on 2 ranks, one group of two (Ulysses), S = 32, 16 tokens and 2 heads each.
+  const ModelSpec model = Tiny();
+  const Cluster cluster = MakeCluster({Device("X", 100, 0.8, 0.6, 1)}, {1}, 2, 0);
+  Workload w;
+  w.seq_len = 32;
+  w.zero_stage = 3;
+  w.recompute = Recompute::kFull;
+  w.memory_reserve = 0.1;
+  const CostModel cm(cluster, model, w);
+  Plan p;
+  p.seq_len = 32;
+  p.num_heads = 4;
+  p.num_kv_heads = 2;
+  p.num_ranks = 2;
+  p.groups = {{{0, 1}, {{0, 32}}, {{0, "", 0, {{0, 16}}, {0, 1}}, {1, "", 0, {{16, 32}}, {2, 3}}}}};
+  const PlanCost cost = cm.Evaluate(p);
+  const RankCost& rc = cost.ranks[0];
+  // Parameters: per layer 64*32 (Q) + 2*64*16 (K, V) + 32*64 (O) + 3*64*128 (MLP) = 30720,
+  // + 2*64 norms; 2 layers; embedding + head 2*256*64; final norm 64.
+  const double layer = 64 * 32 + 2 * 64 * 16 + 32 * 64 + 3 * 64 * 128;
+  const double params = 2 * (layer + 128) + 2 * 256 * 64 + 64;
+  EXPECT_DOUBLE_EQ(model.TotalParams(), params);
+  // ZeRO-3 over 2 ranks: bf16 weights / 2 + two prefetched layers, bf16 grads / 2, 12 B Adam / 2.
+  EXPECT_DOUBLE_EQ(rc.memory.weights, 2 * params / 2 + 2 * 2 * layer);
+  EXPECT_DOUBLE_EQ(rc.memory.gradients, 2 * params / 2);
+  EXPECT_DOUBLE_EQ(rc.memory.optimizer, 12 * params / 2);
+  // Full recompute: layer inputs (16 tokens x 64 x 2 B x 2 layers) + one layer's activations
+  // (16 x 2 B x (4*64 + 3*128)) + head layout Q, O (2 heads) and K, V (1 KV head) for the group's
+  // 32 tokens x 8 dims x 2 B, plus LSE (32 x 2 heads x 4 B).
+  const double act = 16 * 64 * 2 * 2 + 16 * 2 * (4 * 64 + 3 * 128) + 32 * (8 * 2 * (4 + 2)) +
+                     32 * 2 * 4;
+  EXPECT_DOUBLE_EQ(rc.memory.activations, act);
+  // Backward working set: dO (bf16) + dQ (fp32) for 2 heads, dK + dV (fp32) for 1 KV head.
+  EXPECT_DOUBLE_EQ(rc.memory.attention_working, 32 * 8 * (2 * (2 + 4) + 1 * 2 * 4));
+  EXPECT_DOUBLE_EQ(rc.memory.ring_buffers, 0);              // one group: no ring
+  EXPECT_DOUBLE_EQ(rc.memory.logits, 16 * 256 * 4 * 2);     // logits + grad, fp32
+  EXPECT_DOUBLE_EQ(rc.memory_capacity_bytes, 0.9 * kGiB);
+  EXPECT_DOUBLE_EQ(rc.memory_bytes, rc.memory.total());
+}
+
+TEST(CostModel, InfeasibleNamesRankNeedsAndHas) {
+  const ModelSpec model = Llama8b();
+  const Cluster cluster = MakeCluster({Device("Small", 100, 0.8, 0.6, 8)}, {1}, 2, 0);
+  Workload w;
+  w.seq_len = 1 << 20;
+  const CostModel cm(cluster, model, w);
+  const PlanCost cost = cm.Evaluate(RingPlan(2, w.seq_len, model));
+  EXPECT_FALSE(cost.feasible);
+  EXPECT_NE(cost.infeasible_reason.find("rank 0 (Small) needs"), std::string::npos)
+      << cost.infeasible_reason;
+  EXPECT_NE(cost.infeasible_reason.find("has 7.2 GiB"), std::string::npos)
+      << cost.infeasible_reason;
+}
+
+TEST(CostModel, IdealIsLowerBoundAndUsesSpecialisation) {
+  // Two devices, one good at GEMMs, one at attention: the LP bound lets each do what it is best
+  // at, so it is below the time of any same-mix split.
+  const ModelSpec model = Llama8b();
+  const Cluster cluster = MakeCluster(
+      {Device("G", 1000, 0.9, 0.3), Device("A", 1000, 0.3, 0.9)}, {1, 1}, 1, 0);
+  Workload w;
+  w.seq_len = 65536;
+  const CostModel cm(cluster, model, w);
+  const double lin = cm.TotalLinearFlops(), att = cm.TotalAttentionFlops();
+  const double same_mix = (lin + att) / (2 * (lin + att) / (lin / 900e12 + att / 300e12));
+  EXPECT_LT(cm.IdealIterationSeconds(), same_mix);
+  EXPECT_GE(cm.IdealIterationSeconds(), (lin + att) / (2 * 900e12) * (1 - 1e-9));
+}
+
+TEST(CostModel, SlowerLinksNeverFaster) {
+  const ModelSpec model = Llama8b();
+  Workload w;
+  w.seq_len = 262144;
+  const Plan plan = RingPlan(16, w.seq_len, model);
+  const Cluster fast = MakeCluster({Device("X", 1000, 0.8, 0.6)}, {2}, 8, 50e9);
+  const Cluster slow = MakeCluster({Device("X", 1000, 0.8, 0.6)}, {2}, 8, 1e9);
+  const double t_fast = CostModel(fast, model, w).Evaluate(plan).iteration_seconds;
+  const double t_slow = CostModel(slow, model, w).Evaluate(plan).iteration_seconds;
+  EXPECT_GT(t_slow, t_fast);
+}
+
+}  // namespace
+}  // namespace hexiseq

@@ -1,0 +1,138 @@
+// Plan JSON round trip, validation of every invariant, and corrupted plans.
+#include <gtest/gtest.h>
+
+#include "plan/plan.h"
+
+namespace hexiseq {
+namespace {
+
+// Two groups over 4 ranks, S = 16, H = 4, G = 2; group 0 zigzag head+tail.
+Plan SmallPlan() {
+  Plan p;
+  p.strategy = "test";
+  p.model = "tiny";
+  p.seq_len = 16;
+  p.num_heads = 4;
+  p.num_kv_heads = 2;
+  p.num_ranks = 4;
+  PlanGroup g0;
+  g0.ranks = {0, 1};
+  g0.tokens = {{0, 4}, {12, 16}};
+  g0.members = {{0, "", 0, {{0, 4}, {12, 13}}, {0, 1, 2}}, {1, "", 0, {{13, 16}}, {3}}};
+  PlanGroup g1;
+  g1.ranks = {2, 3};
+  g1.tokens = {{4, 12}};
+  g1.members = {{2, "", 1, {{4, 9}}, {0, 2}}, {3, "", 1, {{9, 12}}, {1, 3}}};
+  p.groups = {g0, g1};
+  return p;
+}
+
+std::string ErrorOf(const Plan& p) {
+  auto r = ValidateStructure(p);
+  return r ? "" : r.error().message;
+}
+
+TEST(Plan, ValidPlanPasses) { EXPECT_EQ(ErrorOf(SmallPlan()), ""); }
+
+TEST(Plan, JsonRoundTrip) {
+  Plan p = SmallPlan();
+  p.predicted = PlanPrediction{1.5, 10.0, {{0, 1e9, 2e9, 0.5, 0.25, 0.3}}};
+  auto back = ParsePlanJson(PlanToJson(p), "mem");
+  ASSERT_TRUE(back) << back.error().message;
+  EXPECT_EQ(*back, p);
+  EXPECT_EQ(PlanHash(*back), PlanHash(p));
+}
+
+TEST(Plan, HashChangesWithHeads) {
+  Plan p = SmallPlan();
+  const uint64_t h = PlanHash(p);
+  std::swap(p.groups[1].members[0].heads[1], p.groups[1].members[1].heads[1]);
+  EXPECT_NE(PlanHash(p), h);
+}
+
+TEST(Plan, MissingTokensNamed) {
+  Plan p = SmallPlan();
+  p.groups[1].tokens = {{4, 10}};
+  p.groups[1].members[1].tokens = {{9, 10}};
+  const std::string e = ErrorOf(p);
+  EXPECT_NE(e.find("tokens [10, 12) are missing"), std::string::npos) << e;
+}
+
+TEST(Plan, OverlappingTokensNamed) {
+  Plan p = SmallPlan();
+  p.groups[0].members[1].tokens = {{12, 16}};  // 12 is also rank 0's
+  const std::string e = ErrorOf(p);
+  EXPECT_NE(e.find("tokens [12, 13) are held by both"), std::string::npos) << e;
+  EXPECT_NE(e.find("rank 0"), std::string::npos) << e;
+}
+
+TEST(Plan, MissingHeadNamed) {
+  Plan p = SmallPlan();
+  p.groups[1].members[1].heads = {1};
+  const std::string e = ErrorOf(p);
+  EXPECT_NE(e.find("groups[1]: head 3 is missing"), std::string::npos) << e;
+}
+
+TEST(Plan, DuplicateHeadNamed) {
+  Plan p = SmallPlan();
+  p.groups[0].members[1].heads = {2, 3};
+  const std::string e = ErrorOf(p);
+  EXPECT_NE(e.find("head 2 is held by ranks 0 and 1"), std::string::npos) << e;
+}
+
+TEST(Plan, RepeatedAndOutOfRangeRanks) {
+  Plan p = SmallPlan();
+  p.groups[1].ranks[1] = 0;
+  p.groups[1].members[1].rank = 0;
+  std::string e = ErrorOf(p);
+  EXPECT_NE(e.find("rank 0 appears twice"), std::string::npos) << e;
+  EXPECT_NE(e.find("rank 3 is in no group"), std::string::npos) << e;
+  p = SmallPlan();
+  p.groups[1].ranks[1] = 9;
+  p.groups[1].members[1].rank = 9;
+  e = ErrorOf(p);
+  EXPECT_NE(e.find(".rank = 9: out of range [0, 4)"), std::string::npos) << e;
+}
+
+TEST(Plan, IdleGroupMustHoldNoHeads) {
+  Plan p = SmallPlan();
+  p.num_ranks = 5;
+  p.groups.push_back({{4}, {}, {{4, "", 2, {}, {0}}}});
+  EXPECT_NE(ErrorOf(p).find("holds heads in a group with no tokens"), std::string::npos);
+  p.groups.back().members[0].heads.clear();
+  EXPECT_EQ(ErrorOf(p), "");
+}
+
+TEST(Plan, WrongFormatStringRejectedByParser) {
+  std::string text = PlanToJson(SmallPlan());
+  text.replace(text.find("hexiseq.plan/1"), 14, "hexiseq.plan/9");
+  auto r = ParsePlanJson(text, "p.json");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("plan.format = \"hexiseq.plan/9\": must be"),
+            std::string::npos)
+      << r.error().message;
+}
+
+TEST(Plan, ParserNamesBadFields) {
+  auto r = ParsePlanJson("{\"format\":\"hexiseq.plan/1\",\"seq_len\":\"x\"}", "p.json");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("plan.seq_len = \"x\": must be an integer"), std::string::npos)
+      << r.error().message;
+  r = ParsePlanJson("{not json", "p.json");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("p.json: not valid JSON"), std::string::npos);
+  r = ParsePlanJson("", "p.json");
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("empty"), std::string::npos);
+  r = LoadPlan("/nonexistent/plan.json");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kIo);
+}
+
+TEST(Plan, KvHeadsOfGqa) {
+  EXPECT_EQ(KvHeadsOf({0, 1, 5}, 8, 2), (std::vector<int>{0, 1}));
+  EXPECT_EQ(KvHeadsOf({}, 8, 2), std::vector<int>{});
+}
+
+}  // namespace
+}  // namespace hexiseq

@@ -4,9 +4,10 @@
 #include "runtime/attention_layout.h"
 
 #include <algorithm>
-#include <format>
 #include <map>
 #include <string>
+
+#include "runtime/str_cat.h"
 
 namespace hexiseq::runtime {
 namespace {
@@ -15,7 +16,7 @@ std::string FormatRanges(const Ranges& ranges) {
   std::string text = "[";
   for (size_t index = 0; index < ranges.size(); ++index) {
     if (index > 0) text += ", ";
-    text += std::format("[{}, {})", ranges[index].begin, ranges[index].end);
+    text += StrCat("[", ranges[index].begin, ", ", ranges[index].end, ")");
   }
   return text + "]";
 }
@@ -39,8 +40,7 @@ Ranges SortedNonEmpty(const Ranges& ranges, std::string* overlap) {
             [](const Range& a, const Range& b) { return a.begin < b.begin; });
   for (size_t index = 1; index < sorted.size(); ++index) {
     if (sorted[index].begin < sorted[index - 1].end && overlap != nullptr && overlap->empty()) {
-      *overlap = std::format("[{}, {}) overlaps [{}, {})", sorted[index - 1].begin,
-                             sorted[index - 1].end, sorted[index].begin, sorted[index].end);
+      *overlap = StrCat("[", sorted[index - 1].begin, ", ", sorted[index - 1].end, ") overlaps [", sorted[index].begin, ", ", sorted[index].end, ")");
     }
   }
   return sorted;
@@ -77,37 +77,32 @@ int AttentionLayout::PrimaryRank(int seg, int pos) const {
 
 Result<AttentionLayout> AttentionLayout::Build(const Plan& plan) {
   if (plan.num_heads <= 0 || plan.num_kv_heads <= 0 || plan.num_heads % plan.num_kv_heads != 0) {
-    return InvalidArgument(std::format(
-        "plan: num_heads = {}, num_kv_heads = {}: both must be >= 1 and num_kv_heads must "
-        "divide num_heads",
-        plan.num_heads, plan.num_kv_heads));
+    return InvalidArgument(StrCat("plan: num_heads = ", plan.num_heads, ", num_kv_heads = ", plan.num_kv_heads, ": both must be >= 1 and num_kv_heads must divide num_heads"));
   }
   if (plan.num_ranks < 1) {
-    return InvalidArgument(std::format("plan: num_ranks = {}: must be >= 1", plan.num_ranks));
+    return InvalidArgument(StrCat("plan: num_ranks = ", plan.num_ranks, ": must be >= 1"));
   }
   if (plan.seq_len < 0) {
-    return InvalidArgument(std::format("plan: seq_len = {}: must be >= 0", plan.seq_len));
+    return InvalidArgument(StrCat("plan: seq_len = ", plan.seq_len, ": must be >= 0"));
   }
   std::vector<std::string> problems;
   std::vector<int> seen(plan.num_ranks, 0);
   Ranges all_group_tokens;
   for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
     const PlanGroup& group = plan.groups[gi];
-    const std::string where = std::format("plan: groups[{}]", gi);
+    const std::string where = StrCat("plan: groups[", gi, "]");
     if (group.ranks.size() != group.members.size()) {
-      problems.push_back(std::format("{}: {} ranks but {} members", where, group.ranks.size(),
-                                     group.members.size()));
+      problems.push_back(StrCat(where, ": ", group.ranks.size(), " ranks but ", group.members.size(), " members"));
       continue;
     }
     for (const Range& range : group.tokens) {
       if (range.begin < 0 || range.end > plan.seq_len || range.begin > range.end) {
-        problems.push_back(std::format("{}.tokens: [{}, {}) must lie inside [0, {}) with begin <= end",
-                                       where, range.begin, range.end, plan.seq_len));
+        problems.push_back(StrCat(where, ".tokens: [", range.begin, ", ", range.end, ") must lie inside [0, ", plan.seq_len, ") with begin <= end"));
       }
     }
     std::string overlap;
     const Ranges group_sorted = SortedNonEmpty(group.tokens, &overlap);
-    if (!overlap.empty()) problems.push_back(std::format("{}.tokens: {}", where, overlap));
+    if (!overlap.empty()) problems.push_back(StrCat(where, ".tokens: ", overlap));
     all_group_tokens.insert(all_group_tokens.end(), group_sorted.begin(), group_sorted.end());
     int64_t group_size = 0;
     for (const Range& range : group_sorted) group_size += range.size();
@@ -116,35 +111,29 @@ Result<AttentionLayout> AttentionLayout::Build(const Plan& plan) {
     std::vector<int> head_count(plan.num_heads, 0);
     for (size_t mi = 0; mi < group.members.size(); ++mi) {
       const PlanMember& member = group.members[mi];
-      const std::string mwhere = std::format("{}.members[{}]", where, mi);
+      const std::string mwhere = StrCat(where, ".members[", mi, "]");
       if (member.rank != group.ranks[mi]) {
-        problems.push_back(std::format("{}.rank = {}: must equal groups[{}].ranks[{}] = {}",
-                                       mwhere, member.rank, gi, mi, group.ranks[mi]));
+        problems.push_back(StrCat(mwhere, ".rank = ", member.rank, ": must equal groups[", gi, "].ranks[", mi, "] = ", group.ranks[mi]));
       }
       if (member.rank < 0 || member.rank >= plan.num_ranks) {
-        problems.push_back(std::format("{}.rank = {}: must be in [0, {})", mwhere, member.rank,
-                                       plan.num_ranks));
+        problems.push_back(StrCat(mwhere, ".rank = ", member.rank, ": must be in [0, ", plan.num_ranks, ")"));
       } else if (++seen[member.rank] == 2) {
-        problems.push_back(std::format("{}.rank = {}: rank appears in more than one place",
-                                       mwhere, member.rank));
+        problems.push_back(StrCat(mwhere, ".rank = ", member.rank, ": rank appears in more than one place"));
       }
       for (const Range& range : member.tokens) {
         if (range.begin > range.end) {
-          problems.push_back(std::format("{}.tokens: [{}, {}) has begin > end", mwhere,
-                                         range.begin, range.end));
+          problems.push_back(StrCat(mwhere, ".tokens: [", range.begin, ", ", range.end, ") has begin > end"));
         }
         if (range.size() > 0) member_tokens.push_back(range);
       }
       for (size_t hi = 0; hi < member.heads.size(); ++hi) {
         const int head = member.heads[hi];
         if (head < 0 || head >= plan.num_heads) {
-          problems.push_back(std::format("{}.heads: head {} is outside [0, {})", mwhere, head,
-                                         plan.num_heads));
+          problems.push_back(StrCat(mwhere, ".heads: head ", head, " is outside [0, ", plan.num_heads, ")"));
           continue;
         }
         if (hi > 0 && head <= member.heads[hi - 1]) {
-          problems.push_back(std::format("{}.heads = {}: must be sorted and distinct", mwhere,
-                                         FormatInts(member.heads)));
+          problems.push_back(StrCat(mwhere, ".heads = ", FormatInts(member.heads), ": must be sorted and distinct"));
         }
         ++head_count[head];
       }
@@ -152,34 +141,27 @@ Result<AttentionLayout> AttentionLayout::Build(const Plan& plan) {
     std::string member_overlap;
     const Ranges member_sorted = SortedNonEmpty(member_tokens, &member_overlap);
     if (!member_overlap.empty()) {
-      problems.push_back(std::format("{}: members' tokens overlap: {}", where, member_overlap));
+      problems.push_back(StrCat(where, ": members' tokens overlap: ", member_overlap));
     } else if (Merge(member_sorted) != Merge(group_sorted)) {
-      problems.push_back(std::format("{}: members' tokens {} do not partition the group's tokens {}",
-                                     where, FormatRanges(Merge(member_sorted)),
-                                     FormatRanges(Merge(group_sorted))));
+      problems.push_back(StrCat(where, ": members' tokens ", FormatRanges(Merge(member_sorted)), " do not partition the group's tokens ", FormatRanges(Merge(group_sorted))));
     }
     for (int head = 0; head < plan.num_heads; ++head) {
       if (group_size > 0 && head_count[head] != 1) {
-        problems.push_back(std::format("{}: query head {} is held by {} members (must be exactly "
-                                       "1 in a group with tokens)",
-                                       where, head, head_count[head]));
+        problems.push_back(StrCat(where, ": query head ", head, " is held by ", head_count[head], " members (must be exactly 1 in a group with tokens)"));
       } else if (group_size == 0 && head_count[head] != 0) {
-        problems.push_back(std::format(
-            "{}: query head {} is held in a group without tokens (idle members hold no heads)",
-            where, head));
+        problems.push_back(StrCat(where, ": query head ", head, " is held in a group without tokens (idle members hold no heads)"));
       }
     }
   }
   for (int rank = 0; rank < plan.num_ranks; ++rank) {
-    if (seen[rank] == 0) problems.push_back(std::format("plan: rank {} is in no group", rank));
+    if (seen[rank] == 0) problems.push_back(StrCat("plan: rank ", rank, " is in no group"));
   }
   std::string overlap;
   const Ranges all_sorted = SortedNonEmpty(all_group_tokens, &overlap);
   if (!overlap.empty()) {
-    problems.push_back(std::format("plan: groups' tokens overlap: {}", overlap));
+    problems.push_back(StrCat("plan: groups' tokens overlap: ", overlap));
   } else if (Merge(all_sorted) != (plan.seq_len > 0 ? Ranges{{0, plan.seq_len}} : Ranges{})) {
-    problems.push_back(std::format("plan: groups' tokens {} do not partition [0, {})",
-                                   FormatRanges(Merge(all_sorted)), plan.seq_len));
+    problems.push_back(StrCat("plan: groups' tokens ", FormatRanges(Merge(all_sorted)), " do not partition [0, ", plan.seq_len, ")"));
   }
   if (!problems.empty()) {
     std::string message;

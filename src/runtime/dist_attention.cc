@@ -8,12 +8,14 @@
 #include <chrono>
 #include <climits>
 #include <cmath>
+#include <cstdio>
 #include <deque>
-#include <format>
 #include <functional>
 #include <limits>
 #include <map>
 #include <string>
+
+#include "runtime/str_cat.h"
 
 #include "runtime/attention_kernels.h"
 
@@ -32,6 +34,12 @@ double Since(Clock::time_point start) {
 }
 
 using Buffer = std::shared_ptr<std::vector<float>>;
+
+std::string Hex(uint64_t value) {
+  char text[24];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(value));
+  return text;
+}
 
 // Asynchronous sends and windowed receive streams, completed in whatever order they finish.
 class MessageLoop {
@@ -149,24 +157,19 @@ Result<void> CheckPlanAgreement(Comm& comm, const Plan& plan, int head_dim) {
   if (by_hash.size() > 1) {
     std::string parts;
     for (const auto& [hash, ranks] : by_hash) {
-      parts += std::format("{}rank{} {} loaded plan hash {:016x}", parts.empty() ? "" : "; ",
-                           ranks.size() > 1 ? "s" : "", list(ranks), hash);
+      parts += StrCat(parts.empty() ? "" : "; ", "rank", ranks.size() > 1 ? "s" : "", " ", list(ranks), " loaded plan hash ", Hex(hash));
     }
-    return InvalidArgument(std::format(
-        "plan mismatch across ranks: {} (hint: give every rank the same plan file)", parts));
+    return InvalidArgument(StrCat("plan mismatch across ranks: ", parts, " (hint: give every rank the same plan file)"));
   }
   if (by_dim.size() > 1) {
     std::string parts;
     for (const auto& [dim, ranks] : by_dim) {
-      parts += std::format("{}rank{} {} use head_dim {}", parts.empty() ? "" : "; ",
-                           ranks.size() > 1 ? "s" : "", list(ranks), dim);
+      parts += StrCat(parts.empty() ? "" : "; ", "rank", ranks.size() > 1 ? "s" : "", " ", list(ranks), " use head_dim ", dim);
     }
-    return InvalidArgument(std::format("head_dim mismatch across ranks: {}", parts));
+    return InvalidArgument(StrCat("head_dim mismatch across ranks: ", parts));
   }
   if (plan.num_ranks != comm.size()) {
-    return InvalidArgument(std::format(
-        "plan: num_ranks = {} but {} processes are running (hint: mpirun -np {})",
-        plan.num_ranks, comm.size(), plan.num_ranks));
+    return InvalidArgument(StrCat("plan: num_ranks = ", plan.num_ranks, " but ", comm.size(), " processes are running (hint: mpirun -np ", plan.num_ranks, ")"));
   }
   return {};
 }
@@ -190,7 +193,7 @@ Result<std::unique_ptr<DistributedAttention>> DistributedAttention::Create(const
   // share, so every rank returns the same error or none.
   if (auto valid = ValidateStructure(plan); !valid) return std::unexpected(valid.error());
   if (head_dim < 1) {
-    return InvalidArgument(std::format("head_dim = {}: must be >= 1", head_dim));
+    return InvalidArgument(StrCat("head_dim = ", head_dim, ": must be >= 1"));
   }
   auto layout = AttentionLayout::Build(plan);
   if (!layout) return std::unexpected(layout.error());
@@ -198,10 +201,7 @@ Result<std::unique_ptr<DistributedAttention>> DistributedAttention::Create(const
   const int64_t num_segments = static_cast<int64_t>(layout->segments.size());
   const int64_t max_tag = (kNumKinds * num_segments) * std::max(m, 1);
   if (max_tag > world.max_tag()) {
-    return NotSupported(std::format(
-        "plan needs message tags up to {} ({} KV segments x {} ring groups) but the transport "
-        "allows {}",
-        max_tag, num_segments, m, world.max_tag()));
+    return NotSupported(StrCat("plan needs message tags up to ", max_tag, " (", num_segments, " KV segments x ", m, " ring groups) but the transport allows ", world.max_tag()));
   }
   for (const KvSegment& segment : layout->segments) {
     for (int pos = 0; pos < m; ++pos) {
@@ -209,11 +209,7 @@ Result<std::unique_ptr<DistributedAttention>> DistributedAttention::Create(const
                            static_cast<double>(layout->RingGroup(pos).num_tokens()) * head_dim *
                            sizeof(float);
       if (bytes > static_cast<double>(INT_MAX)) {
-        return NotSupported(std::format(
-            "a K/V block of {} tokens x {} KV heads x head_dim {} is {:.0f} bytes, over the "
-            "{}-byte message limit of the transport (hint: use more groups)",
-            layout->RingGroup(pos).num_tokens(), segment.kv_heads.size(), head_dim, bytes,
-            INT_MAX));
+        return NotSupported(StrCat("a K/V block of ", layout->RingGroup(pos).num_tokens(), " tokens x ", segment.kv_heads.size(), " KV heads x head_dim ", head_dim, " is ", static_cast<int64_t>(bytes), " bytes, over the ", INT_MAX, "-byte message limit of the transport (hint: use more groups)"));
       }
     }
   }

@@ -201,24 +201,17 @@ std::vector<std::vector<int>> SplitHeads(int num_heads, int num_kv_heads,
   std::vector<double> target(n);
   for (size_t i = 0; i < n; ++i)
     target[i] = sum > 0 ? num_heads * std::max(0.0, weights[i]) / sum : double(num_heads) / n;
-  // Whole KV groups first (floor of each member's share), then the leftover heads.
-  std::vector<int64_t> counts(n);
-  int64_t used = 0;
-  std::vector<double> rest(n);
+  // KV-aligned split: whole KV groups by largest remainder. Keep it when every member is within
+  // half a KV group of its share (as close as rounding allows); otherwise split single heads.
+  std::vector<double> kv_weights(n);
+  for (size_t i = 0; i < n; ++i) kv_weights[i] = target[i];
+  std::vector<int64_t> counts = LargestRemainder(num_kv_heads, kv_weights);
+  bool aligned_ok = true;
   for (size_t i = 0; i < n; ++i) {
-    counts[i] = static_cast<int64_t>(std::floor(target[i] / per_kv + 1e-9)) * per_kv;
-    used += counts[i];
-    rest[i] = std::max(0.0, target[i] - counts[i]);
+    counts[i] *= per_kv;
+    if (std::abs(counts[i] - target[i]) > 0.5 * per_kv + 1e-9) aligned_ok = false;
   }
-  // Leftover whole KV groups by largest remainder in units of KV groups where possible.
-  const int64_t left = num_heads - used;
-  const std::vector<int64_t> groups_extra = LargestRemainder(left / per_kv, rest);
-  for (size_t i = 0; i < n; ++i) {
-    counts[i] += groups_extra[i] * per_kv;
-    rest[i] = std::max(0.0, rest[i] - groups_extra[i] * per_kv);
-  }
-  const std::vector<int64_t> heads_extra = LargestRemainder(left % per_kv, rest);
-  for (size_t i = 0; i < n; ++i) counts[i] += heads_extra[i];
+  if (!aligned_ok) counts = LargestRemainder(num_heads, target);
   std::vector<std::vector<int>> out(n);
   int head = 0;
   for (size_t i = 0; i < n; ++i)
@@ -248,13 +241,14 @@ void AddGroup(Plan& plan, const Cluster& cluster, const std::vector<int>& ranks,
   PlanGroup group;
   group.ranks = ranks;
   group.tokens = Normalize(group_tokens);
+  const bool idle = group.tokens.empty();  // a group without tokens holds no heads
   for (size_t i = 0; i < ranks.size(); ++i) {
     PlanMember m;
     m.rank = ranks[i];
     m.device = cluster.device(ranks[i]).name;
     m.node = cluster.ranks[ranks[i]].node;
     m.tokens = i < member_tokens.size() ? Normalize(member_tokens[i]) : Ranges{};
-    m.heads = i < member_heads.size() ? member_heads[i] : std::vector<int>{};
+    if (!idle && i < member_heads.size()) m.heads = member_heads[i];
     std::sort(m.heads.begin(), m.heads.end());
     group.members.push_back(std::move(m));
   }

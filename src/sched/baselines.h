@@ -59,9 +59,9 @@ std::vector<Ranges> SplitTokens(const Ranges& group_tokens, const std::vector<do
 // ties by index).
 std::vector<int64_t> LargestRemainder(int64_t total, const std::vector<double>& weights);
 
-// Splits query heads 0..H-1 among members proportional to weights. KV-aware: first whole KV
-// groups are handed out by largest remainder, then leftover heads, so a split cuts a KV group
-// only when the proportions require it. Each member's heads are contiguous in the result.
+// Splits query heads 0..H-1 among members proportional to weights. KV-aware: whole KV groups
+// by largest remainder when that keeps every member within half a KV group of its share;
+// otherwise single heads by largest remainder (cutting KV groups). Heads are contiguous.
 std::vector<std::vector<int>> SplitHeads(int num_heads, int num_kv_heads,
                                          const std::vector<double>& weights);
 

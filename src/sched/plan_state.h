@@ -89,6 +89,7 @@ class PlanState {
     bool full = false;
     std::vector<CostModel::RingContext> rings;
     std::vector<GroupCost> all_costs;
+    int64_t old_max_tokens = -1;
     Score score;
     double iteration = 0;
   };

@@ -68,10 +68,10 @@ std::vector<DeviceSpec> MakeBuiltinRows() {
       "NVLink4 900 GB/s); 400 Gb/s NIC per GPU; efficiencies assumed: same as H100-SXM (same "
       "Hopper SM)");
   add("H800", 989, 80, 3.35, 400, 400, 0.75, 0.65,
-      "NVIDIA H800 SXM (China-market H100: 989 TFLOPS dense BF16, 80 GB, 3.35 TB/s, NVLink "
+      "NVIDIA H800 SXM product specifications (China-market H100: 989 TFLOPS dense BF16, 80 GB, 3.35 TB/s, NVLink "
       "400 GB/s); 400 Gb/s NIC per GPU; efficiencies assumed: same as H100-SXM (same chip)");
   add("H20", 148, 96, 4.0, 900, 400, 0.75, 0.65,
-      "NVIDIA H20 (148 TFLOPS dense BF16, 96 GB HBM3, 4.0 TB/s, NVLink 900 GB/s); 400 Gb/s NIC "
+      "NVIDIA HGX H20 product specifications (148 TFLOPS dense BF16, 96 GB HBM3, 4.0 TB/s, NVLink 900 GB/s); 400 Gb/s NIC "
       "per GPU; efficiencies assumed: same as H100-SXM (Hopper)");
   add("B200", 2250, 180, 8.0, 1800, 400, 0.75, 0.65,
       "NVIDIA DGX B200 / HGX B200 datasheet (2250 TFLOPS dense BF16, 192 GB HBM3e of which "
@@ -84,7 +84,7 @@ std::vector<DeviceSpec> MakeBuiltinRows() {
       "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB: 312 TFLOPS dense BF16, 40 GB HBM2, "
       "1.56 TB/s, NVLink3 600 GB/s); 200 Gb/s NIC per GPU; " + ampere);
   add("A800", 312, 80, 2.04, 400, 200, 0.85, 0.65,
-      "NVIDIA A800 SXM (China-market A100: 312 TFLOPS dense BF16, 80 GB, 2.04 TB/s, NVLink "
+      "NVIDIA A800 SXM product specifications (China-market A100: 312 TFLOPS dense BF16, 80 GB, 2.04 TB/s, NVLink "
       "400 GB/s); 200 Gb/s NIC per GPU; efficiencies assumed: same as A100-SXM-80G (same chip)");
   add("L40S", 362, 48, 0.864, 64, 50, 0.60, 0.45,
       "NVIDIA L40S datasheet (362 TFLOPS dense BF16, 48 GB GDDR6, 864 GB/s, no NVLink, PCIe "

@@ -77,20 +77,33 @@ std::string JoinList(const std::vector<std::string>& items, const std::string& c
 
 std::vector<std::string> ClosestNames(const std::string& query,
                                       const std::vector<std::string>& names, int count) {
-  const std::string lower_query = Lower(query);
+  // Words of the query ("a100-80g" -> "a100", "80g"); a name containing more of them ranks first.
+  std::vector<std::string> words;
+  std::string word;
+  for (char c : Lower(query) + "-") {
+    if (c == '-' || c == '_' || c == ' ' || c == '.') {
+      if (!word.empty()) words.push_back(word);
+      word.clear();
+    } else {
+      word += c;
+    }
+  }
   struct Scored {
-    int contains;  // 0: name starts with / contains the query, 1: otherwise
+    int words_found;
     int distance;
     size_t order;
   };
   std::vector<Scored> scored;
   for (size_t index = 0; index < names.size(); ++index) {
     const std::string lower_name = Lower(names[index]);
-    const bool contains = !lower_query.empty() && lower_name.find(lower_query) != std::string::npos;
-    scored.push_back({contains ? 0 : 1, EditDistance(query, names[index]), index});
+    int found = 0;
+    for (const std::string& w : words) {
+      if (lower_name.find(w) != std::string::npos) ++found;
+    }
+    scored.push_back({found, EditDistance(query, names[index]), index});
   }
   std::sort(scored.begin(), scored.end(), [](const Scored& a, const Scored& b) {
-    if (a.contains != b.contains) return a.contains < b.contains;
+    if (a.words_found != b.words_found) return a.words_found > b.words_found;
     if (a.distance != b.distance) return a.distance < b.distance;
     return a.order < b.order;
   });

@@ -22,8 +22,8 @@ std::string Trim(const std::string& text);
 bool EqualsIgnoreCase(const std::string& a, const std::string& b);
 // "a, b and c" style list; `conjunction` is "and" or "or".
 std::string JoinList(const std::vector<std::string>& items, const std::string& conjunction);
-// The `count` names closest to `query`: names that start with or contain it first, then by
-// EditDistance; ties keep the order of `names`.
+// The `count` names closest to `query`: names containing more of the query's words (split at
+// '-', '_', '.', ' ') first, then by EditDistance; ties keep the order of `names`.
 std::vector<std::string> ClosestNames(const std::string& query,
                                       const std::vector<std::string>& names, int count);
 // A value for a message: double-quoted, escaped, and cut to a readable length.

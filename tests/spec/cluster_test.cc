@@ -288,7 +288,7 @@ TEST(ClusterTest, YamlSyntaxErrorGivesLineAndColumn) {
       << result.error().message;
   EXPECT_NE(result.error().message.find("hint: check indentation"), std::string::npos);
   ExpectError("nodes:\n  - gpu: H100\n   count: 2\n", {"c.yaml:3:", "YAML syntax error"});
-  ExpectError("a: 'unterminated\n", {"c.yaml:", "YAML syntax error"});
+  ExpectError("a: b: c\n", {"c.yaml:1:5: YAML syntax error: illegal map value"});
 }
 
 TEST(ClusterTest, EmptyFile) {
@@ -314,7 +314,7 @@ TEST(ClusterTest, UnknownGpuOffersClosestNames) {
                "hint: did you mean H100-SXM, H100-PCIe or H20?"});
   ExpectError("nodes:\n  - {gpu: A100-SXM-80G, count: 1, gpus_per_node: 8}\n"
               "  - {gpu: a100-80g, count: 1, gpus_per_node: 8}\n",
-              {"c.yaml: nodes[1].gpu: unknown GPU 'a100-80g'", "did you mean A100-SXM-80G"});
+              {"c.yaml: nodes[1].gpu: unknown GPU 'a100-80g'", "did you mean A100-SXM-80G, "});
 }
 
 TEST(ClusterTest, ZeroOrNegativeCountsAndSizes) {

@@ -5,6 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
+#include <sstream>
+
 #include "spec/units.h"
 #include "spec_test_util.h"
 
@@ -76,8 +80,7 @@ TEST(DeviceTest, EveryRowIsCompleteAndCitesASource) {
     // for the efficiencies.
     EXPECT_TRUE(row.source.find("datasheet") != std::string::npos ||
                 row.source.find("whitepaper") != std::string::npos ||
-                row.source.find("H800") != std::string::npos ||
-                row.source.find("A800") != std::string::npos)
+                row.source.find("specifications") != std::string::npos)
         << row.source;
     EXPECT_TRUE(row.source.find("arXiv") != std::string::npos ||
                 row.source.find("assumed") != std::string::npos)
@@ -125,7 +128,7 @@ TEST(DeviceTest, UnknownNameListsTheThreeClosest) {
 
   auto a100 = catalog.Find("A100", "");
   ASSERT_FALSE(a100);
-  EXPECT_NE(a100.error().message.find("did you mean A100-SXM-80G, A100-40G or"),
+  EXPECT_NE(a100.error().message.find("did you mean A100-40G, A100-SXM-80G or"),
             std::string::npos)
       << a100.error().message;
   auto typo = catalog.Find("L40", "");
@@ -225,6 +228,50 @@ TEST(DeviceTest, MergeFileErrors) {
   EXPECT_NE(missing.error().message.find("nope.yaml: cannot read the device table: No such file"),
             std::string::npos)
       << missing.error().message;
+}
+
+// docs/devices.md quotes the catalog; its table must agree with the code row by row.
+TEST(DeviceTest, DocsTableMatchesTheCatalog) {
+  std::ifstream in(spec_test::SourceDir() + "/docs/devices.md");
+  ASSERT_TRUE(in) << "docs/devices.md is missing";
+  std::map<std::string, std::vector<double>> documented;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("| ", 0) != 0) continue;
+    std::vector<std::string> cells;
+    std::stringstream stream(line.substr(1));
+    std::string cell;
+    while (std::getline(stream, cell, '|')) cells.push_back(cell);
+    if (cells.size() < 8) continue;
+    std::vector<double> numbers;
+    for (size_t column = 1; column < 8; ++column) {
+      try {
+        numbers.push_back(std::stod(cells[column]));
+      } catch (const std::exception&) {
+        numbers.clear();
+        break;
+      }
+    }
+    if (numbers.size() == 7) {
+      std::string name = cells[0];
+      name.erase(0, name.find_first_not_of(' '));
+      name.erase(name.find_last_not_of(' ') + 1);
+      documented[name] = numbers;
+    }
+  }
+  EXPECT_EQ(documented.size(), BuiltinDevices().size());
+  for (const DeviceSpec& row : BuiltinDevices()) {
+    SCOPED_TRACE(row.name);
+    ASSERT_TRUE(documented.count(row.name));
+    const std::vector<double>& doc = documented[row.name];
+    EXPECT_NEAR(doc[0], row.peak_flops / 1e12, 1e-9);
+    EXPECT_NEAR(doc[1], row.memory_bytes / kGiB, 1e-9);
+    EXPECT_NEAR(doc[2], row.hbm_bytes_per_second / 1e12, 1e-9);
+    EXPECT_NEAR(doc[3], row.intra_node_bytes_per_second / 1e9, 1e-9);
+    EXPECT_NEAR(doc[4], row.nic_bytes_per_second / 1e9, 1e-9);
+    EXPECT_NEAR(doc[5], row.gemm_efficiency, 1e-9);
+    EXPECT_NEAR(doc[6], row.attention_efficiency, 1e-9);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,400 @@
+#include "sched/plan_state.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "sched/baselines.h"
+
+namespace hexiseq::sched_internal {
+namespace {
+
+constexpr int kPhases = 5;  // local fwd, ring fwd, local bwd, ring bwd, LM head
+constexpr int kTiedPerPhase = 3;  // bottleneck groups considered per phase when several tie
+// When the largest group changes size, groups above this memory fraction are re-scored at once.
+constexpr double kMemoryRecheckFraction = 0.8;
+
+double Pow8(double x) {
+  const double x2 = x * x, x4 = x2 * x2;
+  return x4 * x4;
+}
+
+void PhaseTimes(const GroupCost& cost, double out[kPhases]) {
+  out[0] = cost.local_fwd;
+  out[1] = cost.ring_fwd;
+  out[2] = cost.local_bwd;
+  out[3] = cost.ring_bwd;
+  out[4] = cost.head_seconds;
+}
+
+}  // namespace
+
+bool Less(const Score& a, const Score& b) {
+  if (a.feasible != b.feasible) return a.feasible;
+  const double tol = 1e-12 * std::max(std::abs(a.primary), std::abs(b.primary));
+  if (a.primary < b.primary - tol) return true;
+  if (a.primary > b.primary + tol) return false;
+  return a.secondary < b.secondary - 1e-12 * std::abs(b.secondary);
+}
+
+std::vector<int64_t> TokensByGemm(const CostModel& model, const std::vector<int>& ranks,
+                                  int64_t total) {
+  std::vector<double> weights;
+  for (int rank : ranks) weights.push_back(model.cluster().device(rank).GemmFlops());
+  return LargestRemainder(total, weights);
+}
+
+std::vector<int> HeadsByAttention(const CostModel& model, const std::vector<int>& ranks) {
+  std::vector<double> weights;
+  for (int rank : ranks) weights.push_back(model.cluster().device(rank).AttentionFlops());
+  const auto sets = SplitHeads(model.model().heads, model.model().kv_heads, weights);
+  std::vector<int> counts;
+  for (const auto& set : sets) counts.push_back(static_cast<int>(set.size()));
+  return counts;
+}
+
+namespace {
+
+PlanGroup MakeGroup(const Cluster& cluster, const GroupLayout& g, int64_t front_begin,
+                    int64_t back_end) {
+  PlanGroup group;
+  group.ranks = g.ranks;
+  group.tokens = Normalize({{front_begin, front_begin + g.front}, {back_end - g.back, back_end}});
+  int64_t offset = 0;
+  int head = 0;
+  for (size_t i = 0; i < g.ranks.size(); ++i) {
+    PlanMember member;
+    member.rank = g.ranks[i];
+    member.device = cluster.device(member.rank).name;
+    member.node = cluster.ranks[member.rank].node;
+    member.tokens = SliceByOffset(group.tokens, offset, g.tokens[i]);
+    offset += g.tokens[i];
+    for (int h = 0; h < g.heads[i]; ++h) member.heads.push_back(head++);
+    group.members.push_back(std::move(member));
+  }
+  return group;
+}
+
+}  // namespace
+
+Plan BuildPlan(const CostModel& model, const Layout& layout, const std::string& strategy,
+               const std::string& config) {
+  Plan plan = EmptyPlan(model, strategy);
+  plan.config = config;
+  const int64_t seq = model.workload().seq_len;
+  int64_t front = 0, back = seq;
+  for (const GroupLayout& g : layout) {
+    plan.groups.push_back(MakeGroup(model.cluster(), g, front, back));
+    front += g.front;
+    back -= g.back;
+  }
+  return plan;
+}
+
+bool LayoutFromPlan(const Plan& plan, Layout& layout) {
+  layout.clear();
+  int64_t front = 0, back = plan.seq_len;
+  for (const PlanGroup& group : plan.groups) {
+    GroupLayout g;
+    g.ranks = group.ranks;
+    const Ranges ranges = Normalize(group.tokens);
+    size_t index = 0;
+    if (index < ranges.size() && ranges[index].begin == front) {
+      g.front = ranges[index].size();
+      ++index;
+    }
+    if (index < ranges.size() && ranges[index].end == back) {
+      g.back = ranges[index].size();
+      ++index;
+    }
+    if (index != ranges.size()) return false;
+    front += g.front;
+    back -= g.back;
+    int head = 0;
+    if (group.members.size() != group.ranks.size()) return false;
+    for (size_t i = 0; i < group.members.size(); ++i) {
+      const PlanMember& member = group.members[i];
+      if (member.rank != group.ranks[i]) return false;
+      g.tokens.push_back(TotalTokens(member.tokens));
+      for (size_t h = 0; h < member.heads.size(); ++h)
+        if (member.heads[h] != head + static_cast<int>(h)) return false;
+      head += static_cast<int>(member.heads.size());
+      g.heads.push_back(static_cast<int>(member.heads.size()));
+    }
+    layout.push_back(std::move(g));
+  }
+  return front == back;
+}
+
+PlanState::PlanState(const CostModel& model, Layout layout)
+    : model_(model), layout_(std::move(layout)) {
+  plan_ = BuildPlan(model_, layout_, "hexiseq", "");
+  RecomputePositions();
+  // The raw gradient-synchronization time: Combine with no work at all exposes it whole.
+  sync_seconds_ = model_.Combine(plan_, std::vector<GroupCost>(1)).grad_sync_seconds;
+  EvaluateAll();
+  Renormalize();
+}
+
+void PlanState::RecomputePositions() {
+  const int k = num_groups();
+  front_pos_.assign(k, 0);
+  back_pos_.assign(k, 0);
+  int64_t front = 0, back = model_.workload().seq_len;
+  for (int g = 0; g < k; ++g) {
+    front_pos_[g] = front;
+    back_pos_[g] = back;
+    front += layout_[g].front;
+    back -= layout_[g].back;
+  }
+}
+
+void PlanState::RebuildGroup(int group) {
+  plan_.groups[group] =
+      MakeGroup(model_.cluster(), layout_[group], front_pos_[group], back_pos_[group]);
+}
+
+void PlanState::EvaluateAll() {
+  rings_ = CostModel::RingContexts(plan_);
+  costs_.resize(layout_.size());
+  for (int g = 0; g < num_groups(); ++g) costs_[g] = model_.EvaluateGroup(plan_, g, rings_[g]);
+  ComputeScore();
+}
+
+void PlanState::ComputeScore() {
+  double maxima[kPhases] = {0, 0, 0, 0, 0};
+  double selective = 0, worst_fraction = 0;
+  bool feasible = true;
+  for (const GroupCost& cost : costs_) {
+    double t[kPhases];
+    PhaseTimes(cost, t);
+    for (int p = 0; p < kPhases; ++p) maxima[p] = std::max(maxima[p], t[p]);
+    selective = std::max(selective, cost.recompute);
+    worst_fraction = std::max(worst_fraction, cost.max_memory_fraction);
+    if (cost.max_memory_fraction > 1.0) feasible = false;
+  }
+  // Mirrors CostModel::Combine.
+  const Workload& w = model_.workload();
+  const double layers = model_.model().layers * w.batch;
+  const double fwd = maxima[0] + maxima[1];
+  const double recompute = w.recompute == Recompute::kFull        ? fwd
+                           : w.recompute == Recompute::kSelective ? selective
+                                                                  : 0.0;
+  const double busy = layers * (maxima[0] + maxima[2]) + layers * (maxima[1] + maxima[3]) +
+                      layers * recompute + w.batch * maxima[4];
+  const double grad = std::max(sync_seconds_ / model_.model().layers, sync_seconds_ - busy);
+  iteration_ = busy + grad;
+
+  const double full = w.recompute == Recompute::kFull ? 1.0 : 0.0;
+  const double mult[kPhases] = {layers * (1 + full), layers * (1 + full), layers, layers,
+                                static_cast<double>(w.batch)};
+  score_.feasible = feasible;
+  double spread = 0;
+  if (feasible) {
+    score_.primary = iteration_;
+    for (const GroupCost& cost : costs_) {
+      double t[kPhases];
+      PhaseTimes(cost, t);
+      for (int p = 0; p < kPhases; ++p) spread += mult[p] * norm_[p] * Pow8(t[p] / norm_[p]);
+    }
+  } else {
+    score_.primary = worst_fraction;
+    for (const GroupCost& cost : costs_) spread += Pow8(cost.max_memory_fraction);
+  }
+  score_.secondary = spread;
+}
+
+void PlanState::Renormalize() {
+  double maxima[kPhases] = {0, 0, 0, 0, 0};
+  for (const GroupCost& cost : costs_) {
+    double t[kPhases];
+    PhaseTimes(cost, t);
+    for (int p = 0; p < kPhases; ++p) maxima[p] = std::max(maxima[p], t[p]);
+  }
+  for (int p = 0; p < kPhases; ++p) norm_[p] = maxima[p] > 0 ? maxima[p] : 1.0;
+  ComputeScore();
+}
+
+std::vector<int> PlanState::BottleneckGroups() const {
+  std::vector<int> out;
+  auto add = [&](int g) {
+    if (g >= 0 && std::find(out.begin(), out.end(), g) == out.end()) out.push_back(g);
+  };
+  for (int p = 0; p < kPhases; ++p) {
+    double best = -1;
+    for (const GroupCost& cost : costs_) {
+      double t[kPhases];
+      PhaseTimes(cost, t);
+      best = std::max(best, t[p]);
+    }
+    if (best <= 0) continue;
+    int taken = 0;
+    for (int g = 0; g < num_groups() && taken < kTiedPerPhase; ++g) {
+      double t[kPhases];
+      PhaseTimes(costs_[g], t);
+      if (t[p] >= best * (1 - 1e-9)) {
+        add(g);
+        ++taken;
+      }
+    }
+  }
+  if (!score_.feasible) {
+    int worst = -1;
+    for (int g = 0; g < num_groups(); ++g)
+      if (worst < 0 || costs_[g].max_memory_fraction > costs_[worst].max_memory_fraction) worst = g;
+    add(worst);
+  }
+  return out;
+}
+
+namespace {
+
+// Rescales member token counts to a new group total, keeping their proportions.
+void Rescale(const CostModel& model, GroupLayout& g, int64_t new_total) {
+  const int64_t old_total = std::accumulate(g.tokens.begin(), g.tokens.end(), int64_t{0});
+  if (new_total == old_total) return;
+  if (old_total == 0) {
+    g.tokens = TokensByGemm(model, g.ranks, new_total);
+  } else {
+    std::vector<double> weights(g.tokens.begin(), g.tokens.end());
+    g.tokens = LargestRemainder(new_total, weights);
+  }
+}
+
+}  // namespace
+
+bool PlanState::Mutate(const Move& move, Saved& saved) {
+  saved = Saved{};
+  saved.score = score_;
+  saved.iteration = iteration_;
+  const int k = num_groups();
+  auto save = [&](int g) {
+    if (std::find(saved.groups.begin(), saved.groups.end(), g) != saved.groups.end()) return;
+    saved.groups.push_back(g);
+    saved.layouts.push_back(layout_[g]);
+    saved.plan_groups.push_back(plan_.groups[g]);
+    saved.costs.push_back(costs_[g]);
+  };
+  std::vector<int> touched;  // groups whose cost must be recomputed
+  auto touch = [&](int g) {
+    if (std::find(touched.begin(), touched.end(), g) == touched.end()) touched.push_back(g);
+  };
+  if (move.group < 0 || move.group >= k) return false;
+  GroupLayout& g = layout_[move.group];
+  const int m = static_cast<int>(g.ranks.size());
+  switch (move.kind) {
+    case Move::kMemberTokens: {
+      if (move.from < 0 || move.from >= m || move.to < 0 || move.to >= m || move.from == move.to)
+        return false;
+      if (move.amount <= 0 || g.tokens[move.from] < move.amount) return false;
+      save(move.group);
+      g.tokens[move.from] -= move.amount;
+      g.tokens[move.to] += move.amount;
+      RebuildGroup(move.group);
+      touch(move.group);
+      break;
+    }
+    case Move::kHeads: {
+      if (move.from < 0 || move.from >= m || move.to < 0 || move.to >= m || move.from == move.to)
+        return false;
+      if (g.total() == 0 || move.amount <= 0 || g.heads[move.from] < move.amount) return false;
+      save(move.group);
+      g.heads[move.from] -= static_cast<int>(move.amount);
+      g.heads[move.to] += static_cast<int>(move.amount);
+      RebuildGroup(move.group);
+      touch(move.group);
+      touch(rings_[move.group].prev);
+      touch(rings_[move.group].next);
+      break;
+    }
+    case Move::kGroupTokens: {
+      const int a = move.group, b = move.other_group;
+      if (b < 0 || b >= k || a == b) return false;
+      GroupLayout& ga = layout_[a];
+      GroupLayout& gb = layout_[b];
+      if (ga.front - move.front < 0 || ga.back - move.back < 0 || gb.front + move.front < 0 ||
+          gb.back + move.back < 0)
+        return false;
+      if (move.front == 0 && move.back == 0) return false;
+      const int lo = std::min(a, b), hi = std::max(a, b);
+      for (int x = lo; x <= hi; ++x) save(x);
+      const bool was_active_a = ga.total() > 0, was_active_b = gb.total() > 0;
+      const int64_t new_a = ga.total() - move.front - move.back;
+      const int64_t new_b = gb.total() + move.front + move.back;
+      Rescale(model_, ga, new_a);
+      Rescale(model_, gb, new_b);
+      ga.front -= move.front;
+      ga.back -= move.back;
+      gb.front += move.front;
+      gb.back += move.back;
+      for (GroupLayout* x : {&ga, &gb}) {
+        if (x->total() == 0) std::fill(x->heads.begin(), x->heads.end(), 0);
+        else if (std::accumulate(x->heads.begin(), x->heads.end(), 0) == 0)
+          x->heads = HeadsByAttention(model_, x->ranks);
+      }
+      RecomputePositions();
+      for (int x = lo; x <= hi; ++x) RebuildGroup(x);
+      int64_t max_tokens = 0;
+      for (const GroupLayout& x : layout_) max_tokens = std::max(max_tokens, x.total());
+      const bool activity = was_active_a != (ga.total() > 0) || was_active_b != (gb.total() > 0);
+      if (activity) {
+        saved.full = true;
+        saved.rings = std::move(rings_);
+        saved.all_costs = std::move(costs_);
+        EvaluateAll();
+        return true;
+      }
+      if (max_tokens != rings_[0].max_group_tokens) {
+        // The largest group sizes every rank's ring buffers: memory only. Re-score the groups
+        // whose memory could matter; the others keep a slightly stale memory figure (the final
+        // plan is re-scored in full).
+        saved.old_max_tokens = rings_[0].max_group_tokens;
+        for (CostModel::RingContext& ring : rings_) ring.max_group_tokens = max_tokens;
+        for (int x = 0; x < k; ++x)
+          if (costs_[x].max_memory_fraction > kMemoryRecheckFraction) touch(x);
+      }
+      for (int x = lo; x <= hi; ++x) touch(x);
+      touch(rings_[a].prev);
+      touch(rings_[b].prev);
+      break;
+    }
+  }
+  for (int x : touched) save(x);
+  for (int x : touched) costs_[x] = model_.EvaluateGroup(plan_, x, rings_[x]);
+  ComputeScore();
+  return true;
+}
+
+void PlanState::Restore(Saved& saved) {
+  for (size_t i = 0; i < saved.groups.size(); ++i) {
+    const int g = saved.groups[i];
+    layout_[g] = std::move(saved.layouts[i]);
+    plan_.groups[g] = std::move(saved.plan_groups[i]);
+    if (!saved.full) costs_[g] = std::move(saved.costs[i]);
+  }
+  if (saved.old_max_tokens >= 0)
+    for (CostModel::RingContext& ring : rings_) ring.max_group_tokens = saved.old_max_tokens;
+  if (saved.full) {
+    rings_ = std::move(saved.rings);
+    costs_ = std::move(saved.all_costs);
+  }
+  RecomputePositions();
+  score_ = saved.score;
+  iteration_ = saved.iteration;
+}
+
+bool PlanState::Apply(const Move& move) {
+  Saved saved;
+  return Mutate(move, saved);
+}
+
+Score PlanState::Try(const Move& move, bool& legal) {
+  Saved saved;
+  legal = Mutate(move, saved);
+  if (!legal) return score_;
+  const Score result = score_;
+  Restore(saved);
+  return result;
+}
+
+}  // namespace hexiseq::sched_internal

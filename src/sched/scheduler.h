@@ -1,0 +1,67 @@
+// The HexiSeq scheduler (strategy "hexiseq"), the exact search (strategy "exact") and the
+// explanation of infeasible workloads. Hierarchical, coarse to fine (DESIGN.md, "Scheduler"):
+// group-level candidates (which ranks form each all-to-all group, in which ring order, and how
+// much of the sequence each group gets), the best few kept, then per-rank token and head counts
+// refined by bounded coordinate descent with incremental scoring. Every baseline is scored too,
+// so the result is never predicted worse than the best baseline. All plans are scored by
+// CostModel; nothing here models hardware itself.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "cost/cost_model.h"
+#include "sched/baselines.h"
+#include "spec/error.h"
+
+namespace hexiseq {
+
+// One row of the table behind a decision (for `hexiseq explain` and the benches).
+struct CandidateRecord {
+  std::string name;             // e.g. "groups=node|8 seq=balanced" or "baseline usp"
+  double iteration_seconds = 0;  // predicted; before refinement for group-level candidates
+  double refined_seconds = 0;    // after refinement (0 when it was not refined)
+  bool feasible = false;
+  double max_memory_fraction = 0;
+};
+
+struct ScheduleOptions {
+  // Wall-clock limit in seconds (0: none). When reached, refinement stops and the best plan found
+  // so far is returned; results are then no longer guaranteed byte-identical between runs.
+  double time_limit_seconds = 0;
+  // Worker threads for refining the retained candidates (each candidate is refined alone and the
+  // winner chosen in a fixed order, so the result does not depend on the thread count).
+  int threads = 1;
+  // Called from the calling thread with the fraction done, in [0, 1]; may be empty.
+  std::function<void(double)> progress;
+  int top_k = 4;  // group-level candidates kept for refinement
+  // Descent work per retained candidate, in trial moves (0: automatic, scaled to the cluster).
+  int64_t max_trials = 0;
+  // When no plan fits, also search for the smallest change that fits (costs a few re-plans).
+  bool explain_infeasible = true;
+  // Filled (when not null) with every scored candidate, best first.
+  std::vector<CandidateRecord>* candidates = nullptr;
+};
+
+// Strategy "hexiseq". Returns the best plan found (strategy "hexiseq", config naming the group
+// structure), or kInfeasible when no plan fits memory, with the message of ExplainInfeasible.
+// Deterministic: the same inputs and options (without a time limit) give the same plan.
+// Thread-safe for concurrent calls on the same CostModel.
+Result<StrategyResult> Schedule(const CostModel& model, const ScheduleOptions& options = {});
+
+// Strategy "exact": exhaustive search with the same cost model for clusters of at most
+// kExactMaxRanks ranks: every grouping (set partition, optionally one group idle), every ring
+// order of the groups, every head split of each group (up to swapping identical devices), and
+// sequence splits on a grid followed by a 1-token descent. kNotSupported for larger clusters.
+inline constexpr int kExactMaxRanks = 8;
+Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions& options = {});
+
+// For a workload that does not fit: which rank cannot fit, what it needs and what it has, and the
+// smallest change that makes the scheduler find a plan that fits: "with --recompute full it
+// fits", "with --zero 3 it fits", "needs about 11 GiB more per A100-40G", "a shorter --seq of at
+// most 768K fits" (each found by re-running the scheduler on the modified workload; the sequence
+// length by bisection). Returns "" when the workload fits.
+std::string ExplainInfeasible(const CostModel& model);
+
+}  // namespace hexiseq

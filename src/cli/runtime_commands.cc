@@ -1,11 +1,134 @@
-// Placeholder until the subsystem lands.
+// `hexiseq attn-check`: runs random inputs through the distributed attention of a plan (one MPI
+// process per plan rank; without mpirun, a one-rank world) and compares O, LSE, dQ, dK, dV with
+// the single-process double-precision reference on rank 0. Rank 0 prints; exit code 0 when every
+// relative error is within the tolerance, 1 above it or on bad input.
+#include <cinttypes>
+#include <cstdio>
+#include <string>
+#include <vector>
+
 #include "cli/cli.h"
+#include "plan/plan.h"
+#include "runtime/attention_kernels.h"
+#include "runtime/attn_check.h"
+#include "runtime/mpi_comm.h"
 
 namespace hexiseq::cli {
+namespace {
+
+struct AttnCheckFlags {
+  std::string plan;
+  int head_dim = 32;
+  uint64_t seed = 1;
+  double tolerance = 1e-5;
+  std::string format = "table";
+};
+
+void PrintTable(const Plan& plan, const AttnCheckFlags& flags,
+                const runtime::AttnCheckReport& report) {
+  std::printf("attn-check %s: %d ranks, S = %" PRId64 ", H = %d, G = %d, head_dim = %d, seed = %" PRIu64
+              "\n\n",
+              flags.plan.c_str(), plan.num_ranks, plan.seq_len, plan.num_heads, plan.num_kv_heads,
+              flags.head_dim, flags.seed);
+  std::printf("%-6s %14s %14s %14s\n", "tensor", "max_abs_err", "max_abs_ref", "rel_err");
+  for (const runtime::ErrorStats& stats : report.errors) {
+    std::printf("%-6s %14.3e %14.3e %14.3e\n", stats.name.c_str(), stats.max_abs, stats.max_ref,
+                stats.relative());
+  }
+  std::printf("\nrel_err = max|distributed - reference| / max|reference| per tensor; "
+              "reference: naive attention in double precision\n");
+  std::printf("\n%-4s %10s %10s %10s %10s %12s %10s %10s %10s %10s %12s\n", "rank", "fwd_a2a_s",
+              "fwd_comp_s", "fwd_wait_s", "fwd_tot_s", "fwd_p2p_B", "bwd_a2a_s", "bwd_comp_s",
+              "bwd_wait_s", "bwd_tot_s", "bwd_p2p_B");
+  for (size_t rank = 0; rank < report.forward_times.size(); ++rank) {
+    const runtime::PhaseTimes& f = report.forward_times[rank];
+    const runtime::PhaseTimes& b = report.backward_times[rank];
+    std::printf("%-4zu %10.4f %10.4f %10.4f %10.4f %12.0f %10.4f %10.4f %10.4f %10.4f %12.0f\n",
+                rank, f.alltoall, f.compute, f.ring_wait, f.total, f.ring_bytes_sent, b.alltoall,
+                b.compute, b.ring_wait, b.total, b.ring_bytes_sent);
+  }
+  std::printf("\nresult: %s (tolerance %.1e)\n", report.passed ? "PASS" : "FAIL",
+              flags.tolerance);
+}
+
+void PrintJson(const Plan& plan, const AttnCheckFlags& flags,
+               const runtime::AttnCheckReport& report) {
+  std::printf("{\"plan\": \"%s\", \"num_ranks\": %d, \"seq_len\": %" PRId64
+              ", \"num_heads\": %d, \"num_kv_heads\": %d, \"head_dim\": %d, \"seed\": %" PRIu64
+              ", \"tolerance\": %.17g, \"passed\": %s, \"errors\": {",
+              flags.plan.c_str(), plan.num_ranks, plan.seq_len, plan.num_heads,
+              plan.num_kv_heads, flags.head_dim, flags.seed, flags.tolerance,
+              report.passed ? "true" : "false");
+  for (size_t index = 0; index < report.errors.size(); ++index) {
+    const runtime::ErrorStats& stats = report.errors[index];
+    std::printf("%s\"%s\": {\"max_abs\": %.17g, \"max_ref\": %.17g, \"rel\": %.17g}",
+                index > 0 ? ", " : "", stats.name.c_str(), stats.max_abs, stats.max_ref,
+                stats.relative());
+  }
+  std::printf("}}\n");
+}
+
+int RunAttnCheckCommand(const AttnCheckFlags& flags) {
+  runtime::MpiSession session(nullptr, nullptr);
+  runtime::SetBlasThreads(1);
+  std::unique_ptr<runtime::Comm> world = runtime::MpiWorldComm();
+  const int rank = world->rank();
+  // Every rank loads; a rank that cannot must not leave the others waiting, so all agree first.
+  auto plan = LoadPlan(flags.plan);
+  std::vector<int> loaded(world->size());
+  const int mine = plan.has_value() ? 1 : 0;
+  world->Allgather(&mine, sizeof mine, loaded.data());
+  std::string failed;
+  for (int peer = 0; peer < world->size(); ++peer) {
+    if (!loaded[peer]) failed += (failed.empty() ? "" : ", ") + std::to_string(peer);
+  }
+  if (!failed.empty()) {
+    if (!plan) return ReportError(plan.error());
+    if (rank == 0) {
+      return ReportError(Error{ErrorCode::kInvalidArgument,
+                               "attn-check: the plan could not be loaded on rank(s) " + failed});
+    }
+    return 1;
+  }
+  runtime::AttnCheckOptions options;
+  options.head_dim = flags.head_dim;
+  options.seed = flags.seed;
+  options.tolerance = flags.tolerance;
+  auto report = runtime::RunAttnCheck(*plan, *world, options);
+  if (!report) {
+    // The same error on every rank: rank 0 prints it.
+    if (rank == 0) return ReportError(report.error());
+    return report.error().code == ErrorCode::kInternal ? 3 : 1;
+  }
+  if (rank == 0) {
+    if (flags.format == "json") {
+      PrintJson(*plan, flags, *report);
+    } else {
+      PrintTable(*plan, flags, *report);
+    }
+    std::fflush(stdout);
+  }
+  return report->passed ? 0 : 1;
+}
+
+}  // namespace
 
 void AddRuntimeCommands(CLI::App& app, Actions& actions) {
-  (void)app;
-  (void)actions;
+  static AttnCheckFlags flags;
+  CLI::App* check = app.add_subcommand(
+      "attn-check",
+      "Check the distributed attention of a plan against the single-process reference "
+      "(run under mpirun -np <plan num_ranks>)");
+  check->add_option("--plan", flags.plan, "Plan JSON file")->required();
+  check->add_option("--head-dim", flags.head_dim, "Head dimension (default 32)")
+      ->check(CLI::Range(1, 1024));
+  check->add_option("--seed", flags.seed, "Seed of the random inputs (default 1)");
+  check->add_option("--tolerance", flags.tolerance,
+                    "Largest relative error accepted on every output (default 1e-5)")
+      ->check(CLI::PositiveNumber);
+  check->add_option("--format", flags.format, "table|json")
+      ->check(CLI::IsMember({"table", "json"}));
+  actions[check] = [] { return RunAttnCheckCommand(flags); };
 }
 
 }  // namespace hexiseq::cli

@@ -29,7 +29,7 @@ void PhaseTimes(const GroupCost& cost, double out[kPhases]) {
 
 }  // namespace
 
-bool Less(const Score& a, const Score& b) {
+bool Less(const Objective& a, const Objective& b) {
   if (a.feasible != b.feasible) return a.feasible;
   const double tol = 1e-12 * std::max(std::abs(a.primary), std::abs(b.primary));
   if (a.primary < b.primary - tol) return true;
@@ -388,13 +388,141 @@ bool PlanState::Apply(const Move& move) {
   return Mutate(move, saved);
 }
 
-Score PlanState::Try(const Move& move, bool& legal) {
+Objective PlanState::Try(const Move& move, bool& legal) {
   Saved saved;
   legal = Mutate(move, saved);
   if (!legal) return score_;
-  const Score result = score_;
+  const Objective result = score_;
   Restore(saved);
   return result;
+}
+
+}  // namespace hexiseq::sched_internal
+
+namespace hexiseq::sched_internal {
+namespace {
+
+// Beyond kAllPartnersUpTo groups, a bottleneck group trades tokens with the groups within this
+// distance in ring order (a transfer re-scores every group between the two).
+constexpr int kPartnerDistance = 2;
+constexpr int kAllPartnersUpTo = 12;  // below this many groups, every group is a partner
+
+double GroupLoad(const GroupCost& cost) {
+  return 2 * (cost.local_fwd + cost.ring_fwd) + cost.local_bwd + cost.ring_bwd;
+}
+
+}  // namespace
+
+int64_t Descend(PlanState& state, int64_t max_trials, const std::function<bool()>& expired) {
+  int64_t trials = 0;
+  double step = 0.25;  // relative step: amounts are step x {2, 1, 1/2} of the source quantity
+  while (trials < max_trials && !(expired && expired())) {
+    state.Renormalize();
+    const Layout& layout = state.layout();
+    const std::vector<GroupCost>& costs = state.group_costs();
+    const int k = state.num_groups();
+    Objective best = state.score();
+    Move best_move;
+    bool found = false, tried_bigger_than_one = false;
+    double best_factor = 0;
+    auto consider = [&](const Move& move, double factor) {
+      bool legal = false;
+      const Objective s = state.Try(move, legal);
+      ++trials;
+      if (legal && Less(s, best)) {
+        best = s;
+        best_move = move;
+        best_factor = factor;
+        found = true;
+      }
+    };
+    auto amounts = [&](int64_t base, auto&& fn) {
+      int64_t last = -1;
+      for (double factor : {2.0, 1.0, 0.5}) {
+        const int64_t amount =
+            std::max<int64_t>(1, static_cast<int64_t>(std::floor(base * step * factor)));
+        if (amount == last || amount > base) continue;
+        last = amount;
+        if (amount > 1) tried_bigger_than_one = true;
+        fn(amount, factor);
+      }
+    };
+    for (int g : state.BottleneckGroups()) {
+      const GroupLayout& gl = layout[g];
+      const GroupCost& gc = costs[g];
+      const int m = static_cast<int>(gl.ranks.size());
+      if (gl.total() > 0 && m > 1) {
+        // Sources: the member slowest at linear work and the one nearest its memory limit;
+        // targets: the members with the most slack.
+        std::vector<int> sources, targets;
+        int slow = 0, mem = 0, fast = -1, light = -1;
+        auto lin = [&](int i) { return gc.members[i].linear_seconds; };
+        auto frac = [&](int i) {
+          return gc.members[i].memory_bytes / gc.members[i].memory_capacity_bytes;
+        };
+        auto att = [&](int i) { return gc.members[i].attention_seconds; };
+        for (int i = 0; i < m; ++i) {
+          if (lin(i) > lin(slow)) slow = i;
+          if (frac(i) > frac(mem)) mem = i;
+        }
+        for (int i = 0; i < m; ++i) {
+          if (i != slow && (fast < 0 || lin(i) < lin(fast))) fast = i;
+          if (i != mem && (light < 0 || frac(i) < frac(light))) light = i;
+        }
+        for (int from : {slow, mem})
+          for (int to : {fast, light}) {
+            if (from == to || to < 0) continue;
+            amounts(gl.tokens[from], [&](int64_t amount, double factor) {
+              consider(Move{Move::kMemberTokens, g, g, from, to, amount, 0, 0}, factor);
+            });
+          }
+        // Heads: from the member slowest at attention (or fullest) to every other member.
+        int hot = 0;
+        for (int i = 0; i < m; ++i)
+          if (att(i) > att(hot)) hot = i;
+        const int per_kv = state.plan().num_heads / std::max(1, state.plan().num_kv_heads);
+        for (int from : {hot, mem}) {
+          for (int to = 0; to < m; ++to) {
+            if (to == from) continue;
+            consider(Move{Move::kHeads, g, g, from, to, 1, 0, 0}, 0);
+            if (per_kv > 1) consider(Move{Move::kHeads, g, g, from, to, per_kv, 0, 0}, 0);
+          }
+          if (hot == mem) break;
+        }
+      }
+      if (gl.total() == 0 || k < 2) continue;
+      // Partners: every group when there are few, else the nearest and the least loaded.
+      std::vector<int> partners;
+      if (k <= kAllPartnersUpTo) {
+        for (int j = 0; j < k; ++j)
+          if (j != g) partners.push_back(j);
+      } else {
+        for (int d = 1; d <= kPartnerDistance; ++d)
+          for (int j : {g - d, g + d})
+            if (j >= 0 && j < k) partners.push_back(j);
+      }
+      for (int j : partners) {
+        amounts(gl.total(), [&](int64_t amount, double factor) {
+          if (gl.front >= amount) consider(Move{Move::kGroupTokens, g, j, 0, 0, 0, amount, 0}, factor);
+          if (gl.back >= amount) consider(Move{Move::kGroupTokens, g, j, 0, 0, 0, 0, amount}, factor);
+          // Swaps keep both groups' token counts and trade cheap front for costly back tokens.
+          if (gl.back >= amount && layout[j].front >= amount)
+            consider(Move{Move::kGroupTokens, g, j, 0, 0, 0, -amount, amount}, factor);
+          if (gl.front >= amount && layout[j].back >= amount)
+            consider(Move{Move::kGroupTokens, g, j, 0, 0, 0, amount, -amount}, factor);
+        });
+      }
+    }
+    if (found) {
+      state.Apply(best_move);
+      if (best_factor >= 2.0) step = std::min(0.5, step * 2);
+      else if (best_factor > 0 && best_factor < 1.0) step *= 0.5;
+    } else {
+      if (!tried_bigger_than_one) break;
+      step *= 0.25;
+    }
+  }
+  return trials;
 }
 
 }  // namespace hexiseq::sched_internal

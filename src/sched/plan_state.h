@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -37,12 +38,12 @@ bool LayoutFromPlan(const Plan& plan, Layout& layout);
 // Lexicographic objective: feasible first; then iteration time (feasible) or max memory fraction
 // (infeasible); then a spread term that breaks ties between equal maxima so descent can leave
 // plateaus (lower = fewer groups at the maximum).
-struct Score {
+struct Objective {
   bool feasible = false;
   double primary = 0;
   double secondary = 0;
 };
-bool Less(const Score& a, const Score& b);
+bool Less(const Objective& a, const Objective& b);
 
 // Weights for new members: tokens by GEMM speed, heads by attention speed (KV-aware rounding).
 std::vector<int64_t> TokensByGemm(const CostModel& model, const std::vector<int>& ranks,
@@ -65,14 +66,14 @@ class PlanState {
   const Layout& layout() const { return layout_; }
   const Plan& plan() const { return plan_; }
   const std::vector<GroupCost>& group_costs() const { return costs_; }
-  const Score& score() const { return score_; }
+  const Objective& score() const { return score_; }
   double IterationSeconds() const { return iteration_; }
   int num_groups() const { return static_cast<int>(layout_.size()); }
 
   // Applies the move if it is legal; returns false (and changes nothing) when it is not.
   // Try: applies, scores, undoes; returns the score it would have (legal == false: not legal).
   bool Apply(const Move& move);
-  Score Try(const Move& move, bool& legal);
+  Objective Try(const Move& move, bool& legal);
 
   // Phase-bottleneck groups (slowest in each phase, the worst memory group when infeasible),
   // deduplicated, in a fixed order.
@@ -90,7 +91,7 @@ class PlanState {
     std::vector<CostModel::RingContext> rings;
     std::vector<GroupCost> all_costs;
     int64_t old_max_tokens = -1;
-    Score score;
+    Objective score;
     double iteration = 0;
   };
   bool Mutate(const Move& move, Saved& saved);
@@ -108,8 +109,20 @@ class PlanState {
   std::vector<GroupCost> costs_;
   double sync_seconds_ = 0;
   double norm_[6] = {1, 1, 1, 1, 1, 1};
-  Score score_;
+  Objective score_;
   double iteration_ = 0;
 };
+
+}  // namespace hexiseq::sched_internal
+
+namespace hexiseq::sched_internal {
+
+// Bounded coordinate descent (a pattern search): each round takes the bottleneck groups, tries
+// moves of three step sizes around the current relative step (tokens between members, one head,
+// one KV group, tokens between groups from the front or back chunk or swapped between them),
+// applies the best move that lowers the score, and otherwise shrinks the step. Stops when even
+// one-token steps fail, after `max_trials` trial moves, or when `expired()` says so.
+// Returns the number of trial moves made.
+int64_t Descend(PlanState& state, int64_t max_trials, const std::function<bool()>& expired);
 
 }  // namespace hexiseq::sched_internal

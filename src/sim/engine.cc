@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <queue>
+#include <tuple>
 
 #include "spec/error.h"
 
@@ -60,15 +61,21 @@ struct EventAfter {
   }
 };
 
+// Rates are integers in units of 1e-6 bytes/ns (1 kB/s) so that sums over a resource do not
+// depend on the order of additions.
+constexpr double kRateUnitsPerBytePerNs = 1e6;
+int64_t Quantize(double bytes_per_ns) { return std::llround(bytes_per_ns * kRateUnitsPerBytePerNs); }
+
 struct Resource {
-  double capacity = 0;     // bytes per ns
+  int64_t capacity = 0;    // rate units
+  int64_t used = 0;        // sum of the active flows' rates
   std::vector<int> flows;  // active flow ids (op ids)
 };
 
 struct FlowState {
   double remaining = 0;  // bytes
-  double rate = 0;       // bytes per ns
-  double cap = 0;        // pair cap, bytes per ns
+  int64_t rate = 0;      // rate units
+  int64_t cap = 0;       // pair cap, rate units
   int64_t last_ns = 0;
   uint32_t version = 0;
   int res[2] = {-1, -1};
@@ -117,27 +124,35 @@ EngineResult Engine::Run() const {
     for (const auto& [before, after] : edges_) succ[fill[before]++] = after;
   }
 
-  // Resources: per rank NVLink egress/ingress, per node NIC egress/ingress pools.
-  std::vector<Resource> resources(2 * num_ranks + 2 * num_nodes);
-  auto nvl_out = [](int rank) { return 2 * rank; };
-  auto nvl_in = [](int rank) { return 2 * rank + 1; };
-  auto nic_out = [&](int node) { return 2 * num_ranks + 2 * node; };
-  auto nic_in = [&](int node) { return 2 * num_ranks + 2 * node + 1; };
-  for (int rank = 0; rank < num_ranks; ++rank) {
-    const NodeKind& kind = cluster_.kinds[cluster_.ranks[rank].kind];
-    resources[nvl_out(rank)].capacity = kind.intra_node_bytes_per_second * 1e-9;
-    resources[nvl_in(rank)].capacity = kind.intra_node_bytes_per_second * 1e-9;
-  }
-  for (int node = 0; node < num_nodes; ++node) {
-    const int kind_index = cluster_.nodes[node].kind;
-    const NodeKind& kind = cluster_.kinds[kind_index];
-    double per_nic = kind.nic_bytes_per_second;
+  // Resources: per rank NVLink egress/ingress and NIC egress/ingress ports; per node NIC
+  // egress/ingress pools (used instead of the per-rank NIC ports when nics_per_node > 0).
+  const bool pooled = options_.nics_per_node > 0;
+  std::vector<Resource> resources(4 * num_ranks + 2 * num_nodes);
+  auto nvl_out = [](int rank) { return 4 * rank; };
+  auto nvl_in = [](int rank) { return 4 * rank + 1; };
+  auto nic_out = [&](int rank) {
+    return pooled ? 4 * num_ranks + 2 * cluster_.ranks[rank].node : 4 * rank + 2;
+  };
+  auto nic_in = [&](int rank) {
+    return pooled ? 4 * num_ranks + 2 * cluster_.ranks[rank].node + 1 : 4 * rank + 3;
+  };
+  auto per_nic = [&](int kind_index) {
+    double bw = cluster_.kinds[kind_index].nic_bytes_per_second;
     for (const LinkOverride& link : cluster_.links)
       if (link.kind_a == kind_index || link.kind_b == kind_index)
-        per_nic = std::max(per_nic, link.bytes_per_second);
-    const int nics = options_.nics_per_node > 0 ? options_.nics_per_node : kind.gpus_per_node;
-    resources[nic_out(node)].capacity = nics * per_nic * 1e-9;
-    resources[nic_in(node)].capacity = nics * per_nic * 1e-9;
+        bw = std::max(bw, link.bytes_per_second);
+    return bw * 1e-9;
+  };
+  for (int rank = 0; rank < num_ranks; ++rank) {
+    const int kind = cluster_.ranks[rank].kind;
+    const double intra = cluster_.kinds[kind].intra_node_bytes_per_second * 1e-9;
+    resources[4 * rank].capacity = resources[4 * rank + 1].capacity = Quantize(intra);
+    resources[4 * rank + 2].capacity = resources[4 * rank + 3].capacity = Quantize(per_nic(kind));
+  }
+  for (int node = 0; node < num_nodes; ++node) {
+    const int64_t pool = Quantize(options_.nics_per_node * per_nic(cluster_.nodes[node].kind));
+    resources[4 * num_ranks + 2 * node].capacity = pool;
+    resources[4 * num_ranks + 2 * node + 1].capacity = pool;
   }
 
   EngineResult result;
@@ -174,7 +189,8 @@ EngineResult Engine::Run() const {
       // Bring the flow up to `now` at its old rate (order independent: rates are constant
       // between rebalances).
       FlowState& fs = flows[f];
-      fs.remaining -= fs.rate * static_cast<double>(now - fs.last_ns);
+      fs.remaining -= static_cast<double>(fs.rate) / kRateUnitsPerBytePerNs *
+                      static_cast<double>(now - fs.last_ns);
       fs.last_ns = now;
       fs.dirty = true;
       dirty.push_back(f);
@@ -185,7 +201,79 @@ EngineResult Engine::Run() const {
     }
   };
 
-  std::vector<int> work;  // ops to complete at the current instant
+  // Max-min fair rates for the dirty flows (progressive filling), with the capacity the other
+  // flows use held fixed. Deterministic: the dirty set is sorted, ties broken by id, integer sums.
+  std::vector<int64_t> residual(resources.size(), 0);
+  std::vector<int> unfrozen(resources.size(), 0), stamp(resources.size(), -1);
+  std::vector<std::vector<int>> members(resources.size());
+  std::vector<uint32_t> res_version(resources.size(), 0);
+  int rebalance_count = 0;
+  auto Rebalance = [&](int64_t now) {
+    ++rebalance_count;
+    std::vector<int> live;
+    for (int f : dirty) {
+      flows[f].dirty = false;
+      if (flows[f].slot[0] >= 0) live.push_back(f);
+    }
+    dirty.clear();
+    std::sort(live.begin(), live.end());
+    std::vector<int> touched;
+    for (int f : live)
+      for (int side = 0; side < 2; ++side) {
+        const int r = flows[f].res[side];
+        if (stamp[r] != rebalance_count) {
+          stamp[r] = rebalance_count;
+          unfrozen[r] = 0;
+          members[r].clear();
+          touched.push_back(r);
+        }
+        resources[r].used -= flows[f].rate;
+        ++unfrozen[r];
+        members[r].push_back(f);
+      }
+    // (level, kind, id, version): kind 0 = resource saturates, 1 = flow reaches its pair cap.
+    using Entry = std::tuple<int64_t, int, int, uint32_t>;
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+    for (int r : touched) {
+      residual[r] = std::max<int64_t>(0, resources[r].capacity - resources[r].used);
+      heap.push({residual[r] / unfrozen[r], 0, r, ++res_version[r]});
+    }
+    for (int f : live) {
+      flows[f].rate = -1;  // unfrozen
+      heap.push({flows[f].cap, 1, f, 0});
+    }
+    auto freeze = [&](int f, int64_t level) {
+      FlowState& fs = flows[f];
+      fs.rate = level;
+      for (int side = 0; side < 2; ++side) {
+        const int r = fs.res[side];
+        residual[r] = std::max<int64_t>(0, residual[r] - level);
+        if (--unfrozen[r] > 0) heap.push({residual[r] / unfrozen[r], 0, r, ++res_version[r]});
+      }
+    };
+    while (!heap.empty()) {
+      const auto [level, kind, id, version] = heap.top();
+      heap.pop();
+      if (kind == 1) {
+        if (flows[id].rate < 0) freeze(id, level);
+        continue;
+      }
+      if (version != res_version[id] || unfrozen[id] == 0) continue;
+      for (int f : members[id])
+        if (flows[f].rate < 0) freeze(f, level);
+    }
+    for (int f : live) {
+      FlowState& fs = flows[f];
+      for (int side = 0; side < 2; ++side) resources[fs.res[side]].used += fs.rate;
+      ++fs.version;
+      if (fs.rate <= 0) continue;  // starved until a flow on its resources changes
+      const double left = std::max(0.0, fs.remaining);
+      const double per_ns = static_cast<double>(fs.rate) / kRateUnitsPerBytePerNs;
+      push(now + std::llround(left / per_ns), kClassDone, kFlowDone, f, fs.version);
+    }
+  };
+
+  std::vector<int> work;
   int64_t completed = 0;
   auto schedule_dispatch = [&](int rank, int64_t now) {
     if (dispatch_pending[rank]) return;
@@ -213,14 +301,14 @@ EngineResult Engine::Run() const {
         fs.remaining = op.bytes;
         fs.rate = 0;
         fs.last_ns = now;
-        fs.cap = cluster_.Bandwidth(op.rank, op.peer) * 1e-9;
+        fs.cap = Quantize(cluster_.Bandwidth(op.rank, op.peer) * 1e-9);
         fs.latency_ns = std::llround(cluster_.Latency(op.rank, op.peer) * 1e9);
         if (cluster_.SameNode(op.rank, op.peer)) {
           fs.res[0] = nvl_out(op.rank);
           fs.res[1] = nvl_in(op.peer);
         } else {
-          fs.res[0] = nic_out(cluster_.ranks[op.rank].node);
-          fs.res[1] = nic_in(cluster_.ranks[op.peer].node);
+          fs.res[0] = nic_out(op.rank);
+          fs.res[1] = nic_in(op.peer);
         }
         for (int side = 0; side < 2; ++side) {
           mark_resource_dirty(fs.res[side], now);
@@ -287,6 +375,8 @@ EngineResult Engine::Run() const {
           res.flows.pop_back();
           fs.slot[side] = -1;
         }
+        for (int side = 0; side < 2; ++side) resources[fs.res[side]].used -= fs.rate;
+        fs.rate = 0;
         fs.remaining = 0;
         ++fs.version;
         for (int side = 0; side < 2; ++side) mark_resource_dirty(fs.res[side], now);
@@ -315,21 +405,7 @@ EngineResult Engine::Run() const {
       }
       case kRebalance: {
         rebalance_pending = false;
-        for (int f : dirty) {
-          FlowState& fs = flows[f];
-          fs.dirty = false;
-          if (fs.slot[0] < 0) continue;  // finished meanwhile
-          double rate = fs.cap;
-          for (int side = 0; side < 2; ++side) {
-            const Resource& res = resources[fs.res[side]];
-            rate = std::min(rate, res.capacity / static_cast<double>(res.flows.size()));
-          }
-          fs.rate = rate;
-          ++fs.version;
-          const double left = std::max(0.0, fs.remaining);
-          push(now + std::llround(left / rate), kClassDone, kFlowDone, f, fs.version);
-        }
-        dirty.clear();
+        Rebalance(now);
         break;
       }
       case kDispatch: {

@@ -5,10 +5,11 @@
 // so the result does not depend on the order in which operations were added.
 //
 // Network: every message is a flow. A flow inside a node crosses the sender's NVLink egress port
-// and the receiver's NVLink ingress port (capacity: the pairwise intra-node bandwidth). A flow
-// between nodes crosses the sending node's NIC egress pool and the receiving node's NIC ingress
-// pool; a pool's capacity is the node's NICs together (gpus_per_node x nic by default, or
-// `nics_per_node` x nic). Each resource is shared fairly: a flow runs at the smallest of
+// and the receiver's NVLink ingress port (capacity: the node's intra-node bandwidth). A flow
+// between nodes crosses the sender's NIC egress port and the receiver's NIC ingress port (one NIC
+// per GPU, the cluster file's per-GPU `nic`), or, with `nics_per_node` = k > 0, the sending
+// node's NIC egress pool and the receiving node's ingress pool (k x nic, shared by all the
+// node's GPUs). Each resource is shared fairly: a flow runs at the smallest of
 // capacity / active flows over its resources, capped by the pair's bandwidth (one pair cannot
 // aggregate several NICs). Shares are not redistributed (not max-min): a flow slowed elsewhere
 // leaves its share unused. Latency is paid once per message, after its last byte.
@@ -66,7 +67,7 @@ struct OpTiming {
 };
 
 struct EngineOptions {
-  int nics_per_node = 0;  // 0: one NIC per GPU (the cluster file's per-GPU figure)
+  int nics_per_node = 0;  // 0: one NIC per GPU; k > 0: the node's GPUs share k NICs
 };
 
 struct RankStats {

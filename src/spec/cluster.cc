@@ -48,11 +48,12 @@ constexpr int64_t kMaxRanks = 1 << 20;
 
 constexpr const char* kExample = "start from examples/clusters/h100-a100-16.yaml";
 
-const std::vector<std::string> kTopKeys = {"name", "description", "nodes", "inter_node",
-                                           "inter_node_latency", "links"};
+const std::vector<std::string> kTopKeys = {"name",       "description",        "nodes",
+                                           "inter_node", "inter_node_latency", "links"};
 const std::vector<std::string> kKindKeys = {
-    "name", "gpu", "count", "gpus_per_node", "intra_node", "nic", "gemm_efficiency",
-    "attention_efficiency", "latency"};
+    "name",       "gpu", "count",           "gpus_per_node",
+    "intra_node", "nic", "gemm_efficiency", "attention_efficiency",
+    "latency"};
 const std::vector<std::string> kLinkKeys = {"between", "bandwidth"};
 
 Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
@@ -70,8 +71,8 @@ Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
     cluster.name = *text;
   }
   if (YAML::Node description = Get(*top, "description"); description.IsDefined()) {
-    auto text = spec_internal::ScalarText(description, field("description"), "free text",
-                                          "quote it");
+    auto text =
+        spec_internal::ScalarText(description, field("description"), "free text", "quote it");
     if (!text) return std::unexpected(text.error());
   }
   std::optional<double> inter_node;
@@ -121,8 +122,8 @@ Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
         "a device-catalog name, case-insensitive, or an inline device {name, bf16_tflops, "
         "memory}";
     if (gpu.IsDefined() && gpu.IsMap()) {
-      auto spec = spec_internal::ParseDeviceRow(gpu, where + ".gpu", nullptr,
-                                                "inline device in " + file);
+      auto spec =
+          spec_internal::ParseDeviceRow(gpu, where + ".gpu", nullptr, "inline device in " + file);
       if (!spec) return std::unexpected(spec.error());
       kind.device = *spec;
     } else {
@@ -148,10 +149,10 @@ Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
     kind.gpus_per_node = static_cast<int>(*per_node);
     total_ranks += *count * *per_node;
     if (total_ranks > kMaxRanks) {
-      return InvalidArgument(FieldMessage(
-          where, "", "the cluster has " + std::to_string(total_ranks) + " GPUs so far",
-          "at most " + std::to_string(kMaxRanks) + " GPUs in a cluster",
-          "check count and gpus_per_node"));
+      return InvalidArgument(
+          FieldMessage(where, "", "the cluster has " + std::to_string(total_ranks) + " GPUs so far",
+                       "at most " + std::to_string(kMaxRanks) + " GPUs in a cluster",
+                       "check count and gpus_per_node"));
     }
 
     kind.intra_node_bytes_per_second = kind.device.intra_node_bytes_per_second;
@@ -221,16 +222,15 @@ Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
       if (!entries) return std::unexpected(entries.error());
       const YAML::Node between = Get(*entries, "between");
       if (!between.IsDefined() || !between.IsSequence() || between.size() != 2) {
-        return InvalidArgument(FieldMessage(where + ".between", "",
-                                            between.IsDefined() ? "not a list of two names"
-                                                                : "missing",
-                                            between_rule, between_hint));
+        return InvalidArgument(FieldMessage(
+            where + ".between", "", between.IsDefined() ? "not a list of two names" : "missing",
+            between_rule, between_hint));
       }
       std::vector<int> sides[2];
       for (size_t side = 0; side < 2; ++side) {
         const std::string side_where = where + ".between[" + std::to_string(side) + "]";
-        auto label = spec_internal::ScalarText(between[side], side_where, between_rule,
-                                               between_hint);
+        auto label =
+            spec_internal::ScalarText(between[side], side_where, between_rule, between_hint);
         if (!label) return std::unexpected(label.error());
         for (size_t kind = 0; kind < cluster.kinds.size(); ++kind) {
           if (EqualsIgnoreCase(*label, kind_names[kind]) ||
@@ -245,8 +245,8 @@ Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
               between_hint + (closest.empty() ? "" : "; did you mean " + closest[0] + "?")));
         }
       }
-      auto bandwidth = spec_internal::ReadBandwidth(Get(*entries, "bandwidth"),
-                                                    where + ".bandwidth");
+      auto bandwidth =
+          spec_internal::ReadBandwidth(Get(*entries, "bandwidth"), where + ".bandwidth");
       if (!bandwidth) return std::unexpected(bandwidth.error());
       for (int kind_a : sides[0]) {
         for (int kind_b : sides[1]) {
@@ -278,8 +278,7 @@ double Cluster::Bandwidth(int a, int b) const {
       return link->bytes_per_second;
     }
   }
-  return std::min(kinds[rank_a.kind].nic_bytes_per_second,
-                  kinds[rank_b.kind].nic_bytes_per_second);
+  return std::min(kinds[rank_a.kind].nic_bytes_per_second, kinds[rank_b.kind].nic_bytes_per_second);
 }
 
 double Cluster::Latency(int a, int b) const {
@@ -324,8 +323,8 @@ Result<Cluster> ParseCluster(const std::string& text, const std::string& source_
                              const DeviceCatalog& catalog) {
   auto root = spec_internal::ParseYamlDocument(
       text, source_name, "cluster file",
-      "a cluster file is a mapping with name, nodes and optional inter_node, links; " +
-          std::string(kExample),
+      std::string(kExample) +
+          " (nodes: a list of {gpu, count, gpus_per_node}; optional name, inter_node, links)",
       false);
   if (!root) return std::unexpected(root.error());
   try {
@@ -350,8 +349,8 @@ Cluster MakeCluster(const std::vector<DeviceSpec>& devices, const std::vector<in
   Cluster cluster;
   for (size_t index = 0; index < devices.size(); ++index) {
     if (!cluster.name.empty()) cluster.name += "+";
-    cluster.name += std::to_string(node_counts[index]) + "x" + std::to_string(gpus_per_node) +
-                    "x" + devices[index].name;
+    cluster.name += std::to_string(node_counts[index]) + "x" + std::to_string(gpus_per_node) + "x" +
+                    devices[index].name;
     NodeKind kind;
     kind.device = devices[index];
     kind.count = node_counts[index];

@@ -58,7 +58,8 @@ std::vector<DeviceSpec> MakeBuiltinRows() {
   // NIC Gb/s per GPU, GEMM efficiency, attention efficiency, source.
   add("H100-SXM", 989, 80, 3.35, 900, 400, 0.75, 0.65,
       "NVIDIA H100 Tensor Core GPU datasheet (SXM5: 989 TFLOPS dense BF16, 80 GB HBM3, "
-      "3.35 TB/s, NVLink4 900 GB/s); 400 Gb/s NDR NIC per GPU (DGX H100); " + hopper);
+      "3.35 TB/s, NVLink4 900 GB/s); 400 Gb/s NDR NIC per GPU (DGX H100); " +
+          hopper);
   add("H100-PCIe", 756, 80, 2.0, 128, 200, 0.75, 0.65,
       "NVIDIA H100 Tensor Core GPU datasheet (PCIe: 756 TFLOPS dense BF16, 80 GB HBM2e, "
       "2.0 TB/s; PCIe Gen5 x16 128 GB/s, NVLink bridge pairs ignored); NIC 200 Gb/s per GPU "
@@ -68,24 +69,29 @@ std::vector<DeviceSpec> MakeBuiltinRows() {
       "NVLink4 900 GB/s); 400 Gb/s NIC per GPU; efficiencies assumed: same as H100-SXM (same "
       "Hopper SM)");
   add("H800", 989, 80, 3.35, 400, 400, 0.75, 0.65,
-      "NVIDIA H800 SXM product specifications (China-market H100: 989 TFLOPS dense BF16, 80 GB, 3.35 TB/s, NVLink "
-      "400 GB/s); 400 Gb/s NIC per GPU; efficiencies assumed: same as H100-SXM (same chip)");
+      "NVIDIA H800 SXM product specifications (China-market H100: 989 TFLOPS dense BF16, "
+      "80 GB, 3.35 TB/s, NVLink 400 GB/s); 400 Gb/s NIC per GPU; efficiencies assumed: same as "
+      "H100-SXM (same chip)");
   add("H20", 148, 96, 4.0, 900, 400, 0.75, 0.65,
-      "NVIDIA HGX H20 product specifications (148 TFLOPS dense BF16, 96 GB HBM3, 4.0 TB/s, NVLink 900 GB/s); 400 Gb/s NIC "
-      "per GPU; efficiencies assumed: same as H100-SXM (Hopper)");
+      "NVIDIA HGX H20 product specifications (148 TFLOPS dense BF16, 96 GB HBM3, 4.0 TB/s, "
+      "NVLink 900 GB/s); 400 Gb/s NIC per GPU; efficiencies assumed: same as H100-SXM "
+      "(Hopper)");
   add("B200", 2250, 180, 8.0, 1800, 400, 0.75, 0.65,
       "NVIDIA DGX B200 / HGX B200 datasheet (2250 TFLOPS dense BF16, 192 GB HBM3e of which "
       "about 180 GB usable, 8.0 TB/s, NVLink5 1.8 TB/s); 400 Gb/s NIC per GPU; efficiencies "
       "assumed: same as H100-SXM (no public forward+backward attention figure verified)");
   add("A100-SXM-80G", 312, 80, 2.04, 600, 200, 0.85, 0.65,
       "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB: 312 TFLOPS dense BF16, 80 GB HBM2e, "
-      "2.04 TB/s, NVLink3 600 GB/s); 200 Gb/s HDR NIC per GPU (DGX A100); " + ampere);
+      "2.04 TB/s, NVLink3 600 GB/s); 200 Gb/s HDR NIC per GPU (DGX A100); " +
+          ampere);
   add("A100-40G", 312, 40, 1.56, 600, 200, 0.85, 0.65,
       "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB: 312 TFLOPS dense BF16, 40 GB HBM2, "
-      "1.56 TB/s, NVLink3 600 GB/s); 200 Gb/s NIC per GPU; " + ampere);
+      "1.56 TB/s, NVLink3 600 GB/s); 200 Gb/s NIC per GPU; " +
+          ampere);
   add("A800", 312, 80, 2.04, 400, 200, 0.85, 0.65,
-      "NVIDIA A800 SXM product specifications (China-market A100: 312 TFLOPS dense BF16, 80 GB, 2.04 TB/s, NVLink "
-      "400 GB/s); 200 Gb/s NIC per GPU; efficiencies assumed: same as A100-SXM-80G (same chip)");
+      "NVIDIA A800 SXM product specifications (China-market A100: 312 TFLOPS dense BF16, "
+      "80 GB, 2.04 TB/s, NVLink 400 GB/s); 200 Gb/s NIC per GPU; efficiencies assumed: same as "
+      "A100-SXM-80G (same chip)");
   add("L40S", 362, 48, 0.864, 64, 50, 0.60, 0.45,
       "NVIDIA L40S datasheet (362 TFLOPS dense BF16, 48 GB GDDR6, 864 GB/s, no NVLink, PCIe "
       "Gen4 x16 64 GB/s); NIC about 50 Gb/s per GPU; efficiencies assumed: lower than "
@@ -131,7 +137,8 @@ Result<DeviceSpec> DeviceCatalog::Find(const std::string& name, const std::strin
   for (const DeviceSpec& row : rows_) names.push_back(row.name);
   const auto closest = ClosestNames(name, names, 3);
   std::string message = where.empty() ? "" : where + ": ";
-  message += "unknown GPU '" + name + "' (rule: a device-catalog name, case-insensitive, or an "
+  message += "unknown GPU '" + name +
+             "' (rule: a device-catalog name, case-insensitive, or an "
              "inline device {name, bf16_tflops, memory}; hint: ";
   if (!closest.empty()) message += "did you mean " + JoinList(closest, "or") + "? ";
   message += "the catalog is listed in docs/devices.md)";
@@ -150,7 +157,8 @@ Result<void> DeviceCatalog::MergeFile(const std::string& path) {
     YAML::Node list = *root;
     std::string list_where = path + ": ";
     if (root->IsMap()) {
-      auto entries = spec_internal::CheckedEntries(*root, path + ":", {"devices"}, "a device table");
+      auto entries =
+          spec_internal::CheckedEntries(*root, path + ":", {"devices"}, "a device table");
       if (!entries) return std::unexpected(entries.error());
       list = spec_internal::Get(*entries, "devices");
       list_where = path + ": devices";

@@ -43,8 +43,7 @@ std::vector<ModelSpec> MakePresets() {
       Preset("gpt-3b", 32, 2560, 32, 32, 80, 10240, 50257, false, true,
              std::string(kGpt3Source) + " (GPT-3 2.7B: 32 layers, d_model 2560, 32 heads of 80)"),
       Preset("gpt-7b", 32, 4096, 32, 32, 128, 16384, 50257, false, true,
-             std::string(kGpt3Source) +
-                 " (GPT-3 6.7B: 32 layers, d_model 4096, 32 heads of 128)"),
+             std::string(kGpt3Source) + " (GPT-3 6.7B: 32 layers, d_model 4096, 32 heads of 128)"),
       Preset("gpt-13b", 40, 5120, 40, 40, 128, 20480, 50257, false, true,
              std::string(kGpt3Source) +
                  " (GPT-3 13B: 40 layers, 40 heads of 128; the table's d_model 5140 is rounded "
@@ -88,9 +87,9 @@ bool LooksLikePath(const std::string& text) {
          ends_with(".json");
 }
 
-const std::vector<std::string> kModelKeys = {
-    "name", "layers", "hidden", "heads", "kv_heads", "head_dim", "ffn_hidden", "vocab",
-    "gated_mlp", "tied_embeddings", "source"};
+const std::vector<std::string> kModelKeys = {"name",      "layers",          "hidden",     "heads",
+                                             "kv_heads",  "head_dim",        "ffn_hidden", "vocab",
+                                             "gated_mlp", "tied_embeddings", "source"};
 
 Result<ModelSpec> ParseModelRoot(const YAML::Node& root, const std::string& file) {
   auto entries = spec_internal::CheckedEntries(root, file + ":", kModelKeys, "a model file");
@@ -123,8 +122,8 @@ Result<ModelSpec> ParseModelRoot(const YAML::Node& root, const std::string& file
       return InvalidArgument(FieldMessage(field(required.key), "", "missing", required_rule,
                                           std::string(required.hint) + "; " + example));
     }
-    auto value = spec_internal::ReadInt(node, field(required.key), 1, 1 << 24, required_rule,
-                                        required.hint);
+    auto value =
+        spec_internal::ReadInt(node, field(required.key), 1, 1 << 24, required_rule, required.hint);
     if (!value) return std::unexpected(value.error());
     *required.target = static_cast<int>(*value);
   }
@@ -150,18 +149,18 @@ Result<ModelSpec> ParseModelRoot(const YAML::Node& root, const std::string& file
                            ", kv_heads = " + std::to_string(spec.kv_heads) +
                            ": heads must be divisible by kv_heads (rule: grouped-query "
                            "attention shares each KV head among heads / kv_heads query heads; "
-                           "hint: kv_heads must divide " + std::to_string(spec.heads) + ": use " +
-                           JoinList(divisors, "or") + ")");
+                           "hint: kv_heads must divide " +
+                           std::to_string(spec.heads) + ": use " + JoinList(divisors, "or") + ")");
   }
   if (YAML::Node node = spec_internal::Get(*entries, "gated_mlp"); node.IsDefined()) {
-    auto value = spec_internal::ReadBool(
-        node, field("gated_mlp"), "true for a SwiGLU MLP (3 matrices), false for GELU (2)");
+    auto value = spec_internal::ReadBool(node, field("gated_mlp"),
+                                         "true for a SwiGLU MLP (3 matrices), false for GELU (2)");
     if (!value) return std::unexpected(value.error());
     spec.gated_mlp = *value;
   }
   if (YAML::Node node = spec_internal::Get(*entries, "tied_embeddings"); node.IsDefined()) {
-    auto value = spec_internal::ReadBool(
-        node, field("tied_embeddings"), "true when the output head shares the input embedding");
+    auto value = spec_internal::ReadBool(node, field("tied_embeddings"),
+                                         "true when the output head shares the input embedding");
     if (!value) return std::unexpected(value.error());
     spec.tied_embeddings = *value;
   }
@@ -200,9 +199,7 @@ const std::vector<ModelSpec>& ModelPresets() {
 Result<ModelSpec> ParseModel(const std::string& text, const std::string& source_name) {
   auto root = spec_internal::ParseYamlDocument(
       text, source_name, "model file",
-      "a model file is a mapping with layers, hidden, heads, kv_heads, ffn_hidden, vocab; see "
-      "examples/models/tiny.yaml",
-      false);
+      "see examples/models/tiny.yaml (layers, hidden, heads, kv_heads, ffn_hidden, vocab)", false);
   if (!root) return std::unexpected(root.error());
   try {
     return ParseModelRoot(*root, source_name);
@@ -233,9 +230,12 @@ Result<ModelSpec> LoadModel(const std::string& name_or_path) {
 
 const char* RecomputeName(Recompute r) {
   switch (r) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
+    case Recompute::kNone:
+      return "none";
+    case Recompute::kSelective:
+      return "selective";
+    case Recompute::kFull:
+      return "full";
   }
   return "full";
 }

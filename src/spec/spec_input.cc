@@ -45,9 +45,7 @@ bool IsPlainNumber(const std::string& text) {
 }
 
 // Shows numbers bare (count = 0) and text quoted (count = "abc").
-std::string ShowScalar(const std::string& text) {
-  return IsPlainNumber(text) ? text : Quote(text);
-}
+std::string ShowScalar(const std::string& text) { return IsPlainNumber(text) ? text : Quote(text); }
 
 }  // namespace
 
@@ -164,8 +162,8 @@ Result<std::string> ReadTextFile(const std::string& path, const std::string& wha
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const std::string reason = errno != 0 ? std::strerror(errno) : "cannot open";
-    return IoError(path + ": cannot read the " + what + ": " + reason +
-                   " (rule: the " + what + " must exist and be readable; hint: check the path" +
+    return IoError(path + ": cannot read the " + what + ": " + reason + " (rule: the " + what +
+                   " must exist and be readable; hint: check the path" +
                    (what == "cluster file" ? "; examples are in examples/clusters/" : "") + ")");
   }
   std::ostringstream buffer;
@@ -219,8 +217,8 @@ Result<YAML::Node> ParseYamlDocument(const std::string& text, const std::string&
   }
   if (root.IsMap() || (allow_list && root.IsSequence())) return root;
   std::string got = root.IsSequence() ? "a list" : "the plain text " + Quote(root.Scalar());
-  return InvalidArgument(source_name + ": not " + shape + ": the file holds " + got +
-                         " (rule: a " + what + " is " + shape + "; hint: " + example + ")");
+  return InvalidArgument(source_name + ": not " + shape + ": the file holds " + got + " (rule: a " +
+                         what + " is " + shape + "; hint: " + example + ")");
 }
 
 Result<std::vector<std::pair<std::string, YAML::Node>>> CheckedEntries(
@@ -239,15 +237,15 @@ Result<std::vector<std::pair<std::string, YAML::Node>>> CheckedEntries(
                                           "remove the list or mapping used as a key"));
     }
     const std::string key = it->first.Scalar();
-    const std::string key_where = where.empty()       ? key
+    const std::string key_where = where.empty()         ? key
                                   : where.back() == ':' ? where + " " + key
                                                         : where + "." + key;
     if (std::find(valid.begin(), valid.end(), key) == valid.end()) {
       const auto closest = ClosestNames(key, valid, 1);
-      return InvalidArgument(FieldMessage(
-          key_where, "", "unknown key " + Quote(key),
-          "valid keys of " + what + " are " + JoinList(valid, "and"),
-          closest.empty() ? "remove it" : "did you mean `" + closest[0] + "`?"));
+      return InvalidArgument(
+          FieldMessage(key_where, "", "unknown key " + Quote(key),
+                       "valid keys of " + what + " are " + JoinList(valid, "and"),
+                       closest.empty() ? "remove it" : "did you mean `" + closest[0] + "`?"));
     }
     for (const auto& entry : entries) {
       if (entry.first == key) {
@@ -278,14 +276,14 @@ Result<std::string> ScalarText(const YAML::Node& node, const std::string& where,
     return InvalidArgument(FieldMessage(where, "", "has no value", rule, hint));
   }
   if (!node.IsScalar()) {
-    return InvalidArgument(FieldMessage(where, Describe(node), "expected a single value", rule,
-                                        hint));
+    return InvalidArgument(
+        FieldMessage(where, Describe(node), "expected a single value", rule, hint));
   }
   return Trim(node.Scalar());
 }
 
-Result<int64_t> ReadInt(const YAML::Node& node, const std::string& where, int64_t min,
-                        int64_t max, const std::string& rule, const std::string& hint) {
+Result<int64_t> ReadInt(const YAML::Node& node, const std::string& where, int64_t min, int64_t max,
+                        const std::string& rule, const std::string& hint) {
   auto text = ScalarText(node, where, rule, hint);
   if (!text) return std::unexpected(text.error());
   int64_t value = 0;
@@ -304,17 +302,17 @@ Result<int64_t> ReadInt(const YAML::Node& node, const std::string& where, int64_
         as_double == std::floor(as_double) && std::fabs(as_double) < 9.0e15) {
       value = static_cast<int64_t>(as_double);
     } else {
-      return InvalidArgument(FieldMessage(where, ShowScalar(*text), "not a whole number", rule,
-                                          hint));
+      return InvalidArgument(
+          FieldMessage(where, ShowScalar(*text), "not a whole number", rule, hint));
     }
   }
   if (value < min) {
-    return InvalidArgument(FieldMessage(where, *text, "must be >= " + std::to_string(min), rule,
-                                        hint));
+    return InvalidArgument(
+        FieldMessage(where, *text, "must be >= " + std::to_string(min), rule, hint));
   }
   if (value > max) {
-    return InvalidArgument(FieldMessage(where, *text, "must be <= " + std::to_string(max), rule,
-                                        hint));
+    return InvalidArgument(
+        FieldMessage(where, *text, "must be <= " + std::to_string(max), rule, hint));
   }
   return value;
 }
@@ -346,13 +344,12 @@ Result<bool> ReadBool(const YAML::Node& node, const std::string& where, const st
   const std::string lower = Lower(*text);
   if (lower == "true" || lower == "yes" || lower == "on") return true;
   if (lower == "false" || lower == "no" || lower == "off") return false;
-  return InvalidArgument(FieldMessage(where, Quote(*text), "not true or false", rule,
-                                      "write true or false"));
+  return InvalidArgument(
+      FieldMessage(where, Quote(*text), "not true or false", rule, "write true or false"));
 }
 
 Result<double> ReadBandwidth(const YAML::Node& node, const std::string& where) {
-  auto text = ScalarText(node, where, "a number with unit GB/s, Gb/s or TB/s",
-                         "write 450 GB/s");
+  auto text = ScalarText(node, where, "a number with unit GB/s, Gb/s or TB/s", "write 450 GB/s");
   if (!text) return std::unexpected(text.error());
   return ParseBandwidth(*text, where);
 }
@@ -382,9 +379,8 @@ Result<double> ReadDuration(const YAML::Node& node, const std::string& where) {
   if (unit == "us" || unit == "\xC2\xB5s") scale = 1e-6;
   if (unit == "ns") scale = 1e-9;
   if (scale == 0) {
-    return InvalidArgument(FieldMessage(where, Quote(*text),
-                                        unit.empty() ? "needs a unit" : "unknown unit", rule,
-                                        hint));
+    return InvalidArgument(FieldMessage(
+        where, Quote(*text), unit.empty() ? "needs a unit" : "unknown unit", rule, hint));
   }
   if (value < 0) {
     return InvalidArgument(FieldMessage(where, Quote(*text), "must be >= 0", rule, hint));
@@ -394,8 +390,9 @@ Result<double> ReadDuration(const YAML::Node& node, const std::string& where) {
 
 const std::vector<std::string>& DeviceRowKeys() {
   static const std::vector<std::string> keys = {
-      "name", "bf16_tflops", "memory", "hbm_bandwidth", "intra_node", "nic",
-      "gemm_efficiency", "attention_efficiency", "source"};
+      "name",       "bf16_tflops", "memory",          "hbm_bandwidth",
+      "intra_node", "nic",         "gemm_efficiency", "attention_efficiency",
+      "source"};
   return keys;
 }
 
@@ -423,8 +420,8 @@ Result<DeviceSpec> ParseDeviceRow(const YAML::Node& row, const std::string& wher
   auto name = ScalarText(Get(*entries, "name"), prefix("name"), required_rule, required_hint);
   if (!name) return std::unexpected(name.error());
   if (name->empty()) {
-    return InvalidArgument(FieldMessage(prefix("name"), "\"\"", "empty name", required_rule,
-                                        required_hint));
+    return InvalidArgument(
+        FieldMessage(prefix("name"), "\"\"", "empty name", required_rule, required_hint));
   }
   spec.name = *name;
 
@@ -439,8 +436,8 @@ Result<DeviceSpec> ParseDeviceRow(const YAML::Node& row, const std::string& wher
   const YAML::Node memory = Get(*entries, "memory");
   if (memory.IsDefined() || base == nullptr) {
     if (!memory.IsDefined()) {
-      return InvalidArgument(FieldMessage(prefix("memory"), "", "missing", required_rule,
-                                          required_hint));
+      return InvalidArgument(
+          FieldMessage(prefix("memory"), "", "missing", required_rule, required_hint));
     }
     auto value = ReadMemory(memory, prefix("memory"));
     if (!value) return std::unexpected(value.error());
@@ -463,9 +460,8 @@ Result<DeviceSpec> ParseDeviceRow(const YAML::Node& row, const std::string& wher
     const char* key;
     double* target;
   };
-  for (FractionField field :
-       {FractionField{"gemm_efficiency", &spec.gemm_efficiency},
-        FractionField{"attention_efficiency", &spec.attention_efficiency}}) {
+  for (FractionField field : {FractionField{"gemm_efficiency", &spec.gemm_efficiency},
+                              FractionField{"attention_efficiency", &spec.attention_efficiency}}) {
     const YAML::Node node = Get(*entries, field.key);
     if (!node.IsDefined()) continue;
     auto value = ReadPositive(node, prefix(field.key), true,

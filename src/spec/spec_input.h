@@ -58,8 +58,8 @@ YAML::Node Get(const std::vector<std::pair<std::string, YAML::Node>>& entries,
 Result<std::string> ScalarText(const YAML::Node& node, const std::string& where,
                                const std::string& rule, const std::string& hint);
 // A whole number >= `min`, <= `max`.
-Result<int64_t> ReadInt(const YAML::Node& node, const std::string& where, int64_t min,
-                        int64_t max, const std::string& rule, const std::string& hint);
+Result<int64_t> ReadInt(const YAML::Node& node, const std::string& where, int64_t min, int64_t max,
+                        const std::string& rule, const std::string& hint);
 // A finite number > 0 (or in (0, 1] when `fraction`).
 Result<double> ReadPositive(const YAML::Node& node, const std::string& where, bool fraction,
                             const std::string& rule, const std::string& hint);

@@ -59,9 +59,8 @@ Result<double> ParseQuantity(const std::string& raw, const std::string& where,
     }
   }
   if (scale == 0) {
-    return InvalidArgument(
-        FieldMessage(where, Quote(raw), "not " + kind + " (unknown unit " + Quote(unit) + ")",
-                     rule, hint));
+    return InvalidArgument(FieldMessage(
+        where, Quote(raw), "not " + kind + " (unknown unit " + Quote(unit) + ")", rule, hint));
   }
   if (value <= 0) {
     return InvalidArgument(FieldMessage(where, Quote(raw), "must be > 0", rule, hint));
@@ -84,21 +83,16 @@ std::string FormatScaled(double value, double scale, const char* unit) {
 Result<double> ParseBandwidth(const std::string& text, const std::string& where) {
   // Case matters: B is bytes, b is bits.
   static const std::vector<Unit> units = {
-      {"GB/s", 1e9},    {"Gb/s", 1.25e8}, {"TB/s", 1e12}, {"Tb/s", 1.25e11},
-      {"MB/s", 1e6},    {"Mb/s", 1.25e5}, {"B/s", 1.0},   {"GBps", 1e9},
-      {"Gbps", 1.25e8}, {"Gbit/s", 1.25e8}};
+      {"GB/s", 1e9},    {"Gb/s", 1.25e8}, {"TB/s", 1e12}, {"Tb/s", 1.25e11}, {"MB/s", 1e6},
+      {"Mb/s", 1.25e5}, {"B/s", 1.0},     {"GBps", 1e9},  {"Gbps", 1.25e8},  {"Gbit/s", 1.25e8}};
   return ParseQuantity(text, where, units, false, 1e9, "a bandwidth",
                        "a number with unit GB/s, Gb/s or TB/s", "write 450 GB/s");
 }
 
 Result<double> ParseMemory(const std::string& text, const std::string& where) {
-  static const std::vector<Unit> units = {{"GiB", kGiB},
-                                          {"GB", kGB},
-                                          {"TiB", kGiB * 1024.0},
-                                          {"TB", 1e12},
-                                          {"MiB", 1024.0 * 1024.0},
-                                          {"MB", 1e6},
-                                          {"B", 1.0}};
+  static const std::vector<Unit> units = {
+      {"GiB", kGiB}, {"GB", kGB}, {"TiB", kGiB * 1024.0}, {"TB", 1e12}, {"MiB", 1024.0 * 1024.0},
+      {"MB", 1e6},   {"B", 1.0}};
   return ParseQuantity(text, where, units, true, kGiB, "a memory size",
                        "a number with unit GiB, GB or TiB", "write 80 GiB");
 }
@@ -120,9 +114,8 @@ Result<int64_t> ParseTokenCount(const std::string& raw, const std::string& where
   if (lower == "m") scale = 1024.0 * 1024.0;
   if (lower == "g") scale = 1024.0 * 1024.0 * 1024.0;
   if (scale == 0) {
-    return InvalidArgument(FieldMessage(where, Quote(raw),
-                                        "not a token count (unknown suffix " + Quote(suffix) + ")",
-                                        rule, hint));
+    return InvalidArgument(FieldMessage(
+        where, Quote(raw), "not a token count (unknown suffix " + Quote(suffix) + ")", rule, hint));
   }
   const double tokens = value * scale;
   if (tokens < 1) {

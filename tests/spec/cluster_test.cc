@@ -19,9 +19,7 @@ const DeviceCatalog& Catalog() {
   return catalog;
 }
 
-Result<Cluster> Parse(const std::string& text) {
-  return ParseCluster(text, "c.yaml", Catalog());
-}
+Result<Cluster> Parse(const std::string& text) { return ParseCluster(text, "c.yaml", Catalog()); }
 
 // Asserts that `text` fails with kInvalidArgument and a message containing each of `parts`.
 void ExpectError(const std::string& text, const std::vector<std::string>& parts) {
@@ -86,8 +84,8 @@ TEST(ClusterTest, RanksAreNumberedNodeByNodeInListOrder) {
                                           {4, 1, 0, 1}, {5, 1, 0, 2}, {6, 2, 1, 0}, {7, 2, 1, 1},
                                           {8, 3, 2, 0}, {9, 4, 2, 0}};
   EXPECT_EQ(cluster->ranks, expected);
-  const std::vector<NodeInfo> nodes = {{0, 0, 0, 3}, {1, 0, 3, 3}, {2, 1, 6, 2}, {3, 2, 8, 1},
-                                       {4, 2, 9, 1}};
+  const std::vector<NodeInfo> nodes = {
+      {0, 0, 0, 3}, {1, 0, 3, 3}, {2, 1, 6, 2}, {3, 2, 8, 1}, {4, 2, 9, 1}};
   EXPECT_EQ(cluster->nodes, nodes);
   EXPECT_TRUE(cluster->SameNode(0, 2));
   EXPECT_FALSE(cluster->SameNode(2, 3));
@@ -106,11 +104,11 @@ TEST(ClusterTest, BandwidthSameNodeNicMinimumAndOverrides) {
       "  - {between: [l40s, h100-sxm], bandwidth: 3 GB/s}\n");  // later wins; case-insensitive
   ASSERT_TRUE(cluster) << cluster.error().message;
   // Ranks: 0-1 node 0 (H100), 2-3 node 1 (H100), 4-5 node 2 (A100), 6-7 node 3 (L40S).
-  EXPECT_DOUBLE_EQ(cluster->Bandwidth(0, 1), 450e9);   // same node: the kind's intra_node
-  EXPECT_DOUBLE_EQ(cluster->Bandwidth(4, 5), 300e9);   // catalog intra_node for A100
-  EXPECT_DOUBLE_EQ(cluster->Bandwidth(6, 7), 32e9);    // L40S over PCIe
-  EXPECT_DOUBLE_EQ(cluster->Bandwidth(0, 2), 50e9);    // two H100 nodes: both NICs 50
-  EXPECT_DOUBLE_EQ(cluster->Bandwidth(1, 4), 25e9);    // H100 - A100: the smaller NIC
+  EXPECT_DOUBLE_EQ(cluster->Bandwidth(0, 1), 450e9);  // same node: the kind's intra_node
+  EXPECT_DOUBLE_EQ(cluster->Bandwidth(4, 5), 300e9);  // catalog intra_node for A100
+  EXPECT_DOUBLE_EQ(cluster->Bandwidth(6, 7), 32e9);   // L40S over PCIe
+  EXPECT_DOUBLE_EQ(cluster->Bandwidth(0, 2), 50e9);   // two H100 nodes: both NICs 50
+  EXPECT_DOUBLE_EQ(cluster->Bandwidth(1, 4), 25e9);   // H100 - A100: the smaller NIC
   EXPECT_DOUBLE_EQ(cluster->Bandwidth(4, 1), 25e9);
   EXPECT_DOUBLE_EQ(cluster->Bandwidth(4, 6), 6.25e9);  // A100 - L40S: 50 Gb/s
   EXPECT_DOUBLE_EQ(cluster->Bandwidth(0, 6), 3e9);     // override, last entry wins
@@ -170,8 +168,9 @@ TEST(ClusterTest, LatencyDefaultsAndOverrides) {
   EXPECT_DOUBLE_EQ(cluster->Latency(0, 2), 5e-6);
   EXPECT_DOUBLE_EQ(cluster->Latency(4, 5), 10e-6);
   EXPECT_DOUBLE_EQ(cluster->Latency(1, 1), 0);
-  auto slow = Parse("nodes: [{gpu: H100-SXM, count: 2, gpus_per_node: 1}]\n"
-                    "inter_node_latency: 0.02 ms\n");
+  auto slow = Parse(
+      "nodes: [{gpu: H100-SXM, count: 2, gpus_per_node: 1}]\n"
+      "inter_node_latency: 0.02 ms\n");
   ASSERT_TRUE(slow) << slow.error().message;
   EXPECT_DOUBLE_EQ(slow->Latency(0, 1), 20e-6);
 }
@@ -244,12 +243,12 @@ TEST(ClusterTest, MakeClusterUsesCatalogLinks) {
   EXPECT_DOUBLE_EQ(cluster.Latency(0, 1), 3e-6);
   EXPECT_EQ(cluster.ranks[5], (RankInfo{5, 1, 0, 1}));
   // Same as writing the file by hand.
-  auto parsed = Parse(
-      "name: " + cluster.name + "\n"
-      "nodes:\n"
-      "  - {gpu: H100-SXM, count: 2, gpus_per_node: 4}\n"
-      "  - {gpu: A100-SXM-80G, count: 1, gpus_per_node: 4}\n"
-      "inter_node: 25 GB/s\n");
+  auto parsed = Parse("name: " + cluster.name +
+                      "\n"
+                      "nodes:\n"
+                      "  - {gpu: H100-SXM, count: 2, gpus_per_node: 4}\n"
+                      "  - {gpu: A100-SXM-80G, count: 1, gpus_per_node: 4}\n"
+                      "inter_node: 25 GB/s\n");
   ASSERT_TRUE(parsed) << parsed.error().message;
   EXPECT_EQ(*parsed, cluster);
 }
@@ -283,8 +282,7 @@ TEST(ClusterTest, YamlSyntaxErrorGivesLineAndColumn) {
   auto result = LoadCluster(path, Catalog());
   ASSERT_FALSE(result);
   EXPECT_EQ(result.error().code, ErrorCode::kInvalidArgument);
-  EXPECT_NE(result.error().message.find("broken.yaml:5:18: YAML syntax error: "),
-            std::string::npos)
+  EXPECT_NE(result.error().message.find("broken.yaml:5:18: YAML syntax error: "), std::string::npos)
       << result.error().message;
   EXPECT_NE(result.error().message.find("hint: check indentation"), std::string::npos);
   ExpectError("nodes:\n  - gpu: H100\n   count: 2\n", {"c.yaml:3:", "YAML syntax error"});
@@ -294,8 +292,8 @@ TEST(ClusterTest, YamlSyntaxErrorGivesLineAndColumn) {
 TEST(ClusterTest, EmptyFile) {
   for (const char* text : {"", "\n\n", "# only a comment\n", "---\n"}) {
     ExpectError(text, {"c.yaml: empty file (rule: a cluster file is a YAML mapping",
-                       "hint: a cluster file is a mapping with name, nodes",
-                       "examples/clusters/h100-a100-16.yaml"});
+                       "hint: start from examples/clusters/h100-a100-16.yaml (nodes: a list "
+                       "of {gpu, count, gpus_per_node}; optional name, inter_node, links)"});
   }
 }
 
@@ -303,7 +301,9 @@ TEST(ClusterTest, NotYaml) {
   ExpectError("just some words\n", {"c.yaml: not a YAML mapping: the file holds the plain text "
                                     "\"just some words\" (rule: a cluster file is a YAML mapping"});
   ExpectError("- a\n- b\n", {"c.yaml: not a YAML mapping: the file holds a list"});
-  ExpectError(std::string("\x7f" "ELF\x02\x01\x01\0\0\0", 10),
+  ExpectError(std::string("\x7f"
+                          "ELF\x02\x01\x01\0\0\0",
+                          10),
               {"c.yaml: not a text file: binary byte 0x7f at offset 0"});
   ExpectError(std::string("name: x\0y\n", 10), {"c.yaml: not a text file: binary byte 0x00"});
 }
@@ -312,9 +312,10 @@ TEST(ClusterTest, UnknownGpuOffersClosestNames) {
   ExpectError("nodes:\n  - {gpu: H10, count: 1, gpus_per_node: 8}\n",
               {"c.yaml: nodes[0].gpu: unknown GPU 'H10' (rule: a device-catalog name",
                "hint: did you mean H100-SXM, H100-PCIe or H20?"});
-  ExpectError("nodes:\n  - {gpu: A100-SXM-80G, count: 1, gpus_per_node: 8}\n"
-              "  - {gpu: a100-80g, count: 1, gpus_per_node: 8}\n",
-              {"c.yaml: nodes[1].gpu: unknown GPU 'a100-80g'", "did you mean A100-SXM-80G, "});
+  ExpectError(
+      "nodes:\n  - {gpu: A100-SXM-80G, count: 1, gpus_per_node: 8}\n"
+      "  - {gpu: a100-80g, count: 1, gpus_per_node: 8}\n",
+      {"c.yaml: nodes[1].gpu: unknown GPU 'a100-80g'", "did you mean A100-SXM-80G, "});
 }
 
 TEST(ClusterTest, ZeroOrNegativeCountsAndSizes) {
@@ -329,9 +330,10 @@ TEST(ClusterTest, ZeroOrNegativeCountsAndSizes) {
               {"c.yaml: nodes[0].count = 1000000000: must be <= 1048576"});
   ExpectError("nodes:\n  - {gpu: H100-SXM, count: 99999999999999999999999, gpus_per_node: 8}\n",
               {"c.yaml: nodes[0].count = 99999999999999999999999: out of range"});
-  ExpectError("nodes:\n  - {gpu: H100-SXM, count: 1024, gpus_per_node: 1024}\n"
-              "  - {gpu: H100-SXM, count: 1, gpus_per_node: 1}\n",
-              {"c.yaml: nodes[1]: the cluster has 1048577 GPUs so far", "at most 1048576"});
+  ExpectError(
+      "nodes:\n  - {gpu: H100-SXM, count: 1024, gpus_per_node: 1024}\n"
+      "  - {gpu: H100-SXM, count: 1, gpus_per_node: 1}\n",
+      {"c.yaml: nodes[1]: the cluster has 1048577 GPUs so far", "at most 1048576"});
 }
 
 TEST(ClusterTest, TypeMismatches) {
@@ -360,14 +362,16 @@ TEST(ClusterTest, ZeroOrNegativeMemoryBandwidthAndTflops) {
               {"c.yaml: nodes[0].intra_node = \"0\": must be > 0"});
   ExpectError("nodes:\n  - {gpu: H100-SXM, count: 2, gpus_per_node: 8}\ninter_node: 0 Gb/s\n",
               {"c.yaml: inter_node = \"0 Gb/s\": must be > 0"});
-  ExpectError("nodes:\n  - gpu: {name: X, bf16_tflops: 100, memory: 0 GiB}\n"
-              "    count: 1\n    gpus_per_node: 1\n",
-              {"c.yaml: nodes[0].gpu.memory = \"0 GiB\": must be > 0 (rule: a number with unit "
-               "GiB, GB or TiB; hint: write 80 GiB)"});
-  ExpectError("nodes:\n  - gpu: {name: X, bf16_tflops: -1, memory: 8 GiB}\n"
-              "    count: 1\n    gpus_per_node: 1\n",
-              {"c.yaml: nodes[0].gpu.bf16_tflops = -1: must be > 0 (rule: dense BF16 tensor "
-               "TFLOPS"});
+  ExpectError(
+      "nodes:\n  - gpu: {name: X, bf16_tflops: 100, memory: 0 GiB}\n"
+      "    count: 1\n    gpus_per_node: 1\n",
+      {"c.yaml: nodes[0].gpu.memory = \"0 GiB\": must be > 0 (rule: a number with unit "
+       "GiB, GB or TiB; hint: write 80 GiB)"});
+  ExpectError(
+      "nodes:\n  - gpu: {name: X, bf16_tflops: -1, memory: 8 GiB}\n"
+      "    count: 1\n    gpus_per_node: 1\n",
+      {"c.yaml: nodes[0].gpu.bf16_tflops = -1: must be > 0 (rule: dense BF16 tensor "
+       "TFLOPS"});
   ExpectError("nodes:\n  - gpu: {name: X, memory: 8 GiB}\n    count: 1\n    gpus_per_node: 1\n",
               {"c.yaml: nodes[0].gpu.bf16_tflops: missing (rule: dense BF16"});
   ExpectError("nodes:\n  - gpu: {name: X, bf16_tflops: 100}\n    count: 1\n    gpus_per_node: 1\n",
@@ -381,10 +385,11 @@ TEST(ClusterTest, ZeroOrNegativeMemoryBandwidthAndTflops) {
 }
 
 TEST(ClusterTest, UnreadableUnit) {
-  ExpectError("nodes:\n  - gpu: H100-SXM\n    count: 1\n    gpus_per_node: 8\n"
-              "    intra_node: fast\n",
-              {"c.yaml: nodes[0].intra_node = \"fast\": not a bandwidth (rule: a number with unit "
-               "GB/s, Gb/s or TB/s; hint: write 450 GB/s)"});
+  ExpectError(
+      "nodes:\n  - gpu: H100-SXM\n    count: 1\n    gpus_per_node: 8\n"
+      "    intra_node: fast\n",
+      {"c.yaml: nodes[0].intra_node = \"fast\": not a bandwidth (rule: a number with unit "
+       "GB/s, Gb/s or TB/s; hint: write 450 GB/s)"});
   ExpectError("nodes:\n  - {gpu: H100-SXM, count: 1, gpus_per_node: 8, nic: 25 GB/hour}\n",
               {"c.yaml: nodes[0].nic = \"25 GB/hour\": not a bandwidth (unknown unit"});
   ExpectError("nodes:\n  - {gpu: H100-SXM, count: 1, gpus_per_node: 8, latency: 3}\n",
@@ -400,8 +405,7 @@ TEST(ClusterTest, MissingFields) {
               {"c.yaml: nodes[0].gpu: missing (rule: a device-catalog name"});
   ExpectError("nodes:\n  - {gpu: L4, gpus_per_node: 8}\n",
               {"c.yaml: nodes[0].count: missing (rule: count is the number of nodes"});
-  ExpectError("nodes:\n  - {gpu: L4, count: 2}\n",
-              {"c.yaml: nodes[0].gpus_per_node: missing"});
+  ExpectError("nodes:\n  - {gpu: L4, count: 2}\n", {"c.yaml: nodes[0].gpus_per_node: missing"});
 }
 
 TEST(ClusterTest, UnknownKeysListValidKeys) {
@@ -452,9 +456,15 @@ TEST(ClusterTest, MutatedInputsNeverCrash) {
     for (int edit = 0; edit < edits; ++edit) {
       const size_t at = rng() % text.size();
       switch (rng() % 3) {
-        case 0: text.erase(at, 1 + rng() % 3); break;
-        case 1: text.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
-        default: text[at] = alphabet[rng() % alphabet.size()]; break;
+        case 0:
+          text.erase(at, 1 + rng() % 3);
+          break;
+        case 1:
+          text.insert(at, 1, alphabet[rng() % alphabet.size()]);
+          break;
+        default:
+          text[at] = alphabet[rng() % alphabet.size()];
+          break;
       }
       if (text.empty()) text = "x";
     }
@@ -462,8 +472,7 @@ TEST(ClusterTest, MutatedInputsNeverCrash) {
     if (!result) {
       ++errors;
       EXPECT_FALSE(result.error().message.empty());
-      EXPECT_NE(result.error().message.find("c.yaml"), std::string::npos)
-          << result.error().message;
+      EXPECT_NE(result.error().message.find("c.yaml"), std::string::npos) << result.error().message;
     } else {
       EXPECT_GE(result->num_ranks(), 1);
     }

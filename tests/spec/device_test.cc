@@ -17,8 +17,8 @@ namespace {
 
 TEST(DeviceTest, CatalogHasExactlyTheRequiredNamesInOrder) {
   const std::vector<std::string> expected = {
-      "H100-SXM", "H100-PCIe", "H200", "H800", "H20", "B200", "A100-SXM-80G", "A100-40G",
-      "A800", "L40S", "L4", "A10", "V100", "RTX4090", "MI300X"};
+      "H100-SXM", "H100-PCIe", "H200", "H800", "H20",  "B200",    "A100-SXM-80G", "A100-40G",
+      "A800",     "L40S",      "L4",   "A10",  "V100", "RTX4090", "MI300X"};
   std::vector<std::string> names;
   for (const DeviceSpec& row : BuiltinDevices()) names.push_back(row.name);
   EXPECT_EQ(names, expected);
@@ -32,21 +32,16 @@ TEST(DeviceTest, FiguresMatchTheDatasheetTable) {
     double tflops, memory_gib, hbm_tbps, intra_bidirectional_gbps, nic_gbit;
   };
   // Straight from the REFERENCES.md device table (one NIC figure chosen where it gives a range).
-  for (const Expected& e : {Expected{"H100-SXM", 989, 80, 3.35, 900, 400},
-                            Expected{"H100-PCIe", 756, 80, 2.0, 128, 200},
-                            Expected{"H200", 989, 141, 4.8, 900, 400},
-                            Expected{"H800", 989, 80, 3.35, 400, 400},
-                            Expected{"H20", 148, 96, 4.0, 900, 400},
-                            Expected{"B200", 2250, 180, 8.0, 1800, 400},
-                            Expected{"A100-SXM-80G", 312, 80, 2.04, 600, 200},
-                            Expected{"A100-40G", 312, 40, 1.56, 600, 200},
-                            Expected{"A800", 312, 80, 2.04, 400, 200},
-                            Expected{"L40S", 362, 48, 0.864, 64, 50},
-                            Expected{"L4", 121, 24, 0.30, 64, 25},
-                            Expected{"A10", 125, 24, 0.60, 64, 12.5},
-                            Expected{"V100", 125, 32, 0.90, 300, 50},
-                            Expected{"RTX4090", 165, 24, 1.0, 64, 25},
-                            Expected{"MI300X", 1307, 192, 5.3, 896, 400}}) {
+  for (const Expected& e :
+       {Expected{"H100-SXM", 989, 80, 3.35, 900, 400},
+        Expected{"H100-PCIe", 756, 80, 2.0, 128, 200}, Expected{"H200", 989, 141, 4.8, 900, 400},
+        Expected{"H800", 989, 80, 3.35, 400, 400}, Expected{"H20", 148, 96, 4.0, 900, 400},
+        Expected{"B200", 2250, 180, 8.0, 1800, 400},
+        Expected{"A100-SXM-80G", 312, 80, 2.04, 600, 200},
+        Expected{"A100-40G", 312, 40, 1.56, 600, 200}, Expected{"A800", 312, 80, 2.04, 400, 200},
+        Expected{"L40S", 362, 48, 0.864, 64, 50}, Expected{"L4", 121, 24, 0.30, 64, 25},
+        Expected{"A10", 125, 24, 0.60, 64, 12.5}, Expected{"V100", 125, 32, 0.90, 300, 50},
+        Expected{"RTX4090", 165, 24, 1.0, 64, 25}, Expected{"MI300X", 1307, 192, 5.3, 896, 400}}) {
     auto row = catalog.Find(e.name, "test");
     ASSERT_TRUE(row) << row.error().message;
     EXPECT_DOUBLE_EQ(row->peak_flops, e.tflops * 1e12) << e.name;
@@ -122,14 +117,12 @@ TEST(DeviceTest, UnknownNameListsTheThreeClosest) {
   const std::string& message = result.error().message;
   EXPECT_EQ(message.rfind("cluster.yaml: nodes[1].gpu: unknown GPU 'H10' (rule: ", 0), 0)
       << message;
-  EXPECT_NE(message.find("did you mean H100-SXM, H100-PCIe or H20?"), std::string::npos)
-      << message;
+  EXPECT_NE(message.find("did you mean H100-SXM, H100-PCIe or H20?"), std::string::npos) << message;
   EXPECT_NE(message.find("docs/devices.md"), std::string::npos);
 
   auto a100 = catalog.Find("A100", "");
   ASSERT_FALSE(a100);
-  EXPECT_NE(a100.error().message.find("did you mean A100-40G, A100-SXM-80G or"),
-            std::string::npos)
+  EXPECT_NE(a100.error().message.find("did you mean A100-40G, A100-SXM-80G or"), std::string::npos)
       << a100.error().message;
   auto typo = catalog.Find("L40", "");
   ASSERT_FALSE(typo);
@@ -177,7 +170,8 @@ TEST(DeviceTest, MergeFileReplacesGivenFieldsAndAddsRows) {
 TEST(DeviceTest, MergeFileAcceptsADevicesMappingAndJson) {
   spec_test::TempDir dir;
   DeviceCatalog catalog;
-  ASSERT_TRUE(catalog.MergeFile(dir.Write("t.yaml", "devices:\n  - {name: L4, bf16_tflops: 100}\n")));
+  ASSERT_TRUE(
+      catalog.MergeFile(dir.Write("t.yaml", "devices:\n  - {name: L4, bf16_tflops: 100}\n")));
   EXPECT_DOUBLE_EQ(catalog.Find("L4", "")->peak_flops, 100e12);
   ASSERT_TRUE(catalog.MergeFile(
       dir.Write("t.json", R"({"devices": [{"name": "L4", "attention_efficiency": 0.3}]})")));
@@ -198,12 +192,14 @@ TEST(DeviceTest, MergeFileErrors) {
            Case{"- {name: H100-SXM, gemm_efficiency: 1.5}\n",
                 "t.yaml: [0].gemm_efficiency = 1.5: must be <= 1 (rule: the achievable fraction "
                 "of peak, a number in (0, 1]"},
-           Case{"- {name: H100-SXM, bf16_tflops: -3}\n", "t.yaml: [0].bf16_tflops = -3: must be > 0"},
+           Case{"- {name: H100-SXM, bf16_tflops: -3}\n",
+                "t.yaml: [0].bf16_tflops = -3: must be > 0"},
            Case{"- {name: H100-SXM, bf16_tflops: lots}\n",
                 "t.yaml: [0].bf16_tflops = \"lots\": not a number"},
-           Case{"- {name: H100-SXM, tflops: 3}\n",
-                "t.yaml: [0].tflops: unknown key \"tflops\" (rule: valid keys of a device are name, "
-                "bf16_tflops,"},
+           Case{
+               "- {name: H100-SXM, tflops: 3}\n",
+               "t.yaml: [0].tflops: unknown key \"tflops\" (rule: valid keys of a device are name, "
+               "bf16_tflops,"},
            Case{"- {bf16_tflops: 3, memory: 8}\n", "t.yaml: [0].name: missing"},
            Case{"- {name: X, bf16_tflops: 3, memory: 8, nic: slow}\n",
                 "t.yaml: [0].nic = \"slow\": not a bandwidth"},

@@ -19,9 +19,9 @@ TEST(ModelTest, PresetNamesAndSources) {
     EXPECT_EQ(spec.heads % spec.kv_heads, 0) << spec.name;
     EXPECT_GT(spec.head_dim, 0) << spec.name;
   }
-  EXPECT_EQ(names, (std::vector<std::string>{"gpt-3b", "gpt-7b", "gpt-13b", "llama3.2-3b",
-                                              "llama2-7b", "llama3-8b", "llama2-13b",
-                                              "llama3-70b"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"gpt-3b", "gpt-7b", "gpt-13b", "llama3.2-3b", "llama2-7b",
+                                      "llama3-8b", "llama2-13b", "llama3-70b"}));
 }
 
 TEST(ModelTest, ParamCountsMatchPublishedTotals) {
@@ -56,8 +56,7 @@ TEST(ModelTest, LayerGemmParamsByHand) {
   EXPECT_FALSE(gpt.gated_mlp);
   EXPECT_TRUE(gpt.tied_embeddings);
   // TotalParams: layers x (gemm + 2 norms) + embeddings (once when tied) + final norm.
-  EXPECT_DOUBLE_EQ(gpt.TotalParams(),
-                   32 * (12.0 * 2560 * 2560 + 2 * 2560) + 50257.0 * 2560 + 2560);
+  EXPECT_DOUBLE_EQ(gpt.TotalParams(), 32 * (12.0 * 2560 * 2560 + 2 * 2560) + 50257.0 * 2560 + 2560);
   EXPECT_DOUBLE_EQ(llama.TotalParams(),
                    32 * (llama.LayerGemmParams() + 2 * 4096) + 2 * 128256.0 * 4096 + 4096);
 }
@@ -137,7 +136,8 @@ TEST(ModelTest, YamlErrors) {
                     "kv_heads, ffn_hidden and vocab, each a whole number >= 1; hint: write "
                     "kv_heads: 8 (for multi-head attention, kv_heads = heads)"});
   ExpectModelError(std::string("layers: 0\nkv_heads: 2\n") + kFields,
-                   {"m.yaml: layers = 0: must be >= 1 (rule: a model file gives", "hint: write "
+                   {"m.yaml: layers = 0: must be >= 1 (rule: a model file gives",
+                    "hint: write "
                     "layers: 32)"});
   ExpectModelError(std::string("layers: -4\nkv_heads: 2\n") + kFields,
                    {"m.yaml: layers = -4: must be >= 1"});
@@ -205,8 +205,7 @@ TEST(WorkloadTest, Validation) {
     auto result = ValidateWorkload(c.workload);
     ASSERT_FALSE(result) << c.expected;
     EXPECT_EQ(result.error().code, ErrorCode::kInvalidArgument);
-    EXPECT_NE(result.error().message.find(c.expected), std::string::npos)
-        << result.error().message;
+    EXPECT_NE(result.error().message.find(c.expected), std::string::npos) << result.error().message;
   }
 }
 

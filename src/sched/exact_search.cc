@@ -1,0 +1,237 @@
+// The exact search (strategy "exact") for clusters of at most kExactMaxRanks ranks: every
+// grouping (set partition, optionally one group idle), ring orders, head splits and sequence
+// splits, scored with the same cost model. Two stages: every discrete choice is scored with its
+// sequence balanced by bisection; the best kExactRefine are then searched on a sequence grid and
+// refined by a 1-token coordinate descent. Identical ranks (same device, same node) are
+// interchangeable, so structures equal up to swapping them are scored once.
+#include <algorithm>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include "sched/scheduler.h"
+#include "sched/scheduler_internal.h"
+
+namespace hexiseq {
+namespace {
+
+using namespace sched_internal;
+
+constexpr int kExactRefine = 24;          // discrete candidates refined in stage 2
+constexpr int kHeadSplitsPerGroup = 6;    // best head splits (by attention balance) per group
+constexpr int kHeadCombosPerGrouping = 36;
+constexpr int kFullRingOrdersUpTo = 5;    // all cyclic orders for up to this many groups
+constexpr int kGridSteps = 16;            // sequence grid: 1/16 of S, for up to 3 groups
+constexpr int64_t kExactDescentTrials = 60000;
+
+// Set partitions by restricted growth strings.
+void Partitions(int n, std::vector<int>& label, int index, int blocks,
+                std::vector<std::vector<std::vector<int>>>& out) {
+  if (index == n) {
+    std::vector<std::vector<int>> p(blocks);
+    for (int r = 0; r < n; ++r) p[label[r]].push_back(r);
+    out.push_back(std::move(p));
+    return;
+  }
+  for (int b = 0; b <= blocks; ++b) {
+    label[index] = b;
+    Partitions(n, label, index + 1, std::max(blocks, b + 1), out);
+  }
+}
+
+// All compositions of `heads` into members' counts, identical members non-increasing, ranked by
+// the slowest member's attention time; the best `keep`.
+std::vector<std::vector<int>> HeadSplits(const CostModel& model, const std::vector<int>& ranks,
+                                         int keep) {
+  const int heads = model.model().heads;
+  const int m = static_cast<int>(ranks.size());
+  const Cluster& cluster = model.cluster();
+  std::vector<std::pair<double, std::vector<int>>> all;
+  std::vector<int> h(m, 0);
+  auto same = [&](int a, int b) {
+    return cluster.ranks[ranks[a]].kind == cluster.ranks[ranks[b]].kind &&
+           cluster.ranks[ranks[a]].node == cluster.ranks[ranks[b]].node;
+  };
+  auto rec = [&](auto&& self, int i, int left) -> void {
+    if (all.size() > 200000) return;
+    if (i == m - 1) {
+      if (i > 0 && same(i, i - 1) && left > h[i - 1]) return;
+      h[i] = left;
+      double worst = 0;
+      for (int j = 0; j < m; ++j)
+        worst = std::max(worst, h[j] / cluster.device(ranks[j]).AttentionFlops());
+      all.push_back({worst, h});
+      return;
+    }
+    const int hi = (i > 0 && same(i, i - 1)) ? std::min(left, h[i - 1]) : left;
+    for (int v = hi; v >= 0; --v) {
+      h[i] = v;
+      self(self, i + 1, left - v);
+    }
+  };
+  rec(rec, 0, heads);
+  std::stable_sort(all.begin(), all.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::vector<int>> out;
+  for (size_t i = 0; i < all.size() && static_cast<int>(i) < keep; ++i) out.push_back(all[i].second);
+  return out;
+}
+
+// A signature of a structure up to swapping identical ranks.
+std::string Signature(const Cluster& cluster, const Structure& s,
+                      const std::vector<std::vector<int>>& heads) {
+  std::string sig;
+  for (size_t g = 0; g < s.groups.size(); ++g) {
+    sig += "[";
+    for (size_t i = 0; i < s.groups[g].size(); ++i) {
+      const RankInfo& r = cluster.ranks[s.groups[g][i]];
+      sig += std::to_string(r.kind) + "." + std::to_string(r.node) + ":" +
+             std::to_string(heads[g][i]) + ",";
+    }
+    sig += "]";
+  }
+  sig += "idle";
+  for (int rank : s.idle) sig += std::to_string(cluster.ranks[rank].kind) + "." +
+                                 std::to_string(cluster.ranks[rank].node) + ",";
+  return sig;
+}
+
+struct Discrete {
+  Structure structure;
+  std::vector<std::vector<int>> heads;
+  Objective score;
+  std::string name;
+};
+
+Layout WithHeads(Layout layout, const std::vector<std::vector<int>>& heads) {
+  for (size_t g = 0; g < heads.size(); ++g)
+    if (layout[g].total() > 0) layout[g].heads = heads[g];
+  return layout;
+}
+
+}  // namespace
+
+Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions& options) {
+  const Cluster& cluster = model.cluster();
+  const int n = cluster.num_ranks();
+  if (n > kExactMaxRanks)
+    return NotSupported("--strategy exact: the cluster has " + std::to_string(n) +
+                        " ranks; the exhaustive search supports at most " +
+                        std::to_string(kExactMaxRanks) + " (hint: use --strategy hexiseq)");
+  Clock clock(options.time_limit_seconds);
+  const int heads = model.model().heads;
+  const int64_t seq = model.workload().seq_len;
+
+  std::vector<std::vector<std::vector<int>>> partitions;
+  std::vector<int> label(n, 0);
+  Partitions(n, label, 0, 0, partitions);
+
+  std::set<std::string> seen;
+  std::vector<Discrete> pool;
+  size_t done = 0;
+  for (const auto& partition : partitions) {
+    if (options.progress) options.progress(0.6 * done++ / partitions.size());
+    if (clock.Expired()) break;
+    bool fits = true;
+    for (const auto& block : partition) fits = fits && static_cast<int>(block.size()) <= heads;
+    if (!fits) continue;
+    const int k = static_cast<int>(partition.size());
+    for (int idle = -1; idle < (k > 1 ? k : 0); ++idle) {
+      std::vector<int> active;
+      for (int b = 0; b < k; ++b)
+        if (b != idle) active.push_back(b);
+      // Ring orders: the first group fixed (rotations are the same ring).
+      std::vector<std::vector<int>> orders;
+      if (static_cast<int>(active.size()) <= kFullRingOrdersUpTo) {
+        std::vector<int> rest(active.begin() + 1, active.end());
+        do {
+          std::vector<int> o = {active[0]};
+          o.insert(o.end(), rest.begin(), rest.end());
+          orders.push_back(o);
+        } while (std::next_permutation(rest.begin(), rest.end()));
+      } else {
+        orders.push_back(active);
+        orders.emplace_back(active.rbegin(), active.rend());
+      }
+      // Head splits per block (independent of the order).
+      std::vector<std::vector<std::vector<int>>> splits(k);
+      for (int b : active) splits[b] = HeadSplits(model, partition[b], kHeadSplitsPerGroup);
+      for (const std::vector<int>& order : orders) {
+        Structure s;
+        for (int b : order) s.groups.push_back(partition[b]);
+        if (idle >= 0) s.idle = partition[idle];
+        // Head combinations, in mixed-radix order, capped.
+        std::vector<size_t> digit(order.size(), 0);
+        for (int combo = 0; combo < kHeadCombosPerGrouping; ++combo) {
+          std::vector<std::vector<int>> h;
+          for (size_t g = 0; g < order.size(); ++g) h.push_back(splits[order[g]][digit[g]]);
+          const std::string sig = Signature(cluster, s, h);
+          if (seen.insert(sig).second) {
+            const std::vector<int64_t> by_rate = LargestRemainder(seq, RateWeights(model, s));
+            std::vector<int64_t> tokens = BalanceTokens(model, s, by_rate, 1);
+            PlanState st(model, WithHeads(MakeLayout(model, s, tokens), h));
+            pool.push_back({s, h, st.score(), ""});
+          }
+          size_t pos = 0;
+          while (pos < digit.size() && ++digit[pos] == splits[order[pos]].size()) digit[pos++] = 0;
+          if (pos == digit.size()) break;
+        }
+      }
+    }
+  }
+  if (pool.empty()) return Internal("exact search: no grouping fits the head count");
+  std::vector<size_t> order(pool.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return Less(pool[a].score, pool[b].score); });
+
+  Layout best_layout;
+  Objective best_score;
+  bool have = false;
+  const size_t refine = std::min<size_t>(order.size(), kExactRefine);
+  for (size_t rank = 0; rank < refine; ++rank) {
+    if (options.progress) options.progress(0.6 + 0.4 * rank / refine);
+    const Discrete& d = pool[order[rank]];
+    const int k = static_cast<int>(d.structure.groups.size());
+    std::vector<std::vector<int64_t>> starts;
+    const std::vector<int64_t> by_rate = LargestRemainder(seq, RateWeights(model, d.structure));
+    starts.push_back(BalanceTokens(model, d.structure, by_rate, 3));
+    starts.push_back(by_rate);
+    if (k >= 2 && k <= 3) {  // the sequence grid
+      std::vector<int64_t> grid_best;
+      Objective grid_score;
+      bool any = false;
+      for (int a = 0; a <= kGridSteps; ++a)
+        for (int b = 0; b <= (k == 3 ? kGridSteps - a : 0); ++b) {
+          std::vector<double> w = {double(a), k == 3 ? double(b) : double(kGridSteps - a)};
+          if (k == 3) w.push_back(kGridSteps - a - b);
+          if (std::accumulate(w.begin(), w.end(), 0.0) <= 0) continue;
+          const std::vector<int64_t> t = LargestRemainder(seq, w);
+          PlanState st(model, WithHeads(MakeLayout(model, d.structure, t), d.heads));
+          if (!any || Less(st.score(), grid_score)) {
+            grid_score = st.score();
+            grid_best = t;
+            any = true;
+          }
+        }
+      if (any) starts.push_back(grid_best);
+    }
+    for (const std::vector<int64_t>& t : starts) {
+      PlanState st(model, WithHeads(MakeLayout(model, d.structure, t), d.heads));
+      Descend(st, kExactDescentTrials, [&] { return clock.Expired(); });
+      if (!have || Less(st.score(), best_score)) {
+        best_score = st.score();
+        best_layout = st.layout();
+        have = true;
+      }
+    }
+  }
+  StrategyResult result =
+      Score(model, BuildPlan(model, best_layout, "exact", "exhaustive"), "exhaustive");
+  result.strategy = "exact";
+  if (options.progress) options.progress(1);
+  if (!result.cost.feasible) return Infeasible(ExplainInfeasible(model));
+  return result;
+}
+
+}  // namespace hexiseq

@@ -1,0 +1,492 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <numeric>
+#include <thread>
+
+#include "sched/plan_state.h"
+#include "sched/scheduler_internal.h"
+#include "sched/topology.h"
+
+namespace hexiseq {
+namespace sched_internal {
+namespace {
+
+constexpr int kBalanceRounds = 3;          // re-fits of the per-group time model
+constexpr double kMemoryCapMargin = 0.98;  // memory-capped allocation aims at 98% of capacity
+constexpr int kStructurePasses = 2;        // coordinate passes over per-kind group sizes
+
+// Per-token costs at the sequence's average causal density (FLOPs per token).
+struct TokenFlops {
+  double linear = 0, attention = 0;
+};
+TokenFlops PerToken(const CostModel& model) {
+  const double s = static_cast<double>(model.workload().seq_len);
+  return {model.TotalLinearFlops() / s, model.TotalAttentionFlops() / s};
+}
+
+// Tokens per second a group can absorb at the average density, given its head split.
+double GroupRate(const CostModel& model, const std::vector<int>& ranks,
+                 const std::vector<int>& heads) {
+  const TokenFlops f = PerToken(model);
+  double gemm = 0, worst_head_time = 0;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const DeviceSpec& dev = model.cluster().device(ranks[i]);
+    gemm += dev.GemmFlops();
+    worst_head_time = std::max(worst_head_time, heads[i] / dev.AttentionFlops());
+  }
+  const double attention_seconds = f.attention * worst_head_time / model.model().heads;
+  return 1.0 / (f.linear / gemm + attention_seconds);
+}
+
+}  // namespace
+
+Clock::Clock(double limit_seconds)
+    : start_(std::chrono::steady_clock::now()), limit_(limit_seconds) {}
+double Clock::Elapsed() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+}
+bool Clock::Expired() const { return limit_ > 0 && Elapsed() >= limit_; }
+
+Layout MakeLayout(const CostModel& model, const Structure& structure,
+                  const std::vector<int64_t>& group_tokens) {
+  Layout layout;
+  for (size_t k = 0; k < structure.groups.size(); ++k) {
+    GroupLayout g;
+    g.ranks = structure.groups[k];
+    const int64_t t = group_tokens[k];
+    g.front = t / 2;
+    g.back = t - g.front;
+    g.tokens = TokensByGemm(model, g.ranks, t);
+    g.heads = t > 0 ? HeadsByAttention(model, g.ranks) : std::vector<int>(g.ranks.size(), 0);
+    layout.push_back(std::move(g));
+  }
+  if (!structure.idle.empty()) {
+    GroupLayout g;
+    g.ranks = structure.idle;
+    g.tokens.assign(g.ranks.size(), 0);
+    g.heads.assign(g.ranks.size(), 0);
+    layout.push_back(std::move(g));
+  }
+  return layout;
+}
+
+std::vector<double> RateWeights(const CostModel& model, const Structure& structure) {
+  std::vector<double> w;
+  for (const auto& ranks : structure.groups)
+    w.push_back(GroupRate(model, ranks, HeadsByAttention(model, ranks)));
+  return w;
+}
+
+// Bisection on the target time tau: group k takes min(cap_k, tau / a_k) tokens, where a_k is its
+// fitted seconds per token and cap_k its memory-capped maximum; tau is set so the groups take S.
+std::vector<int64_t> BalanceTokens(const CostModel& model, const Structure& structure,
+                                   std::vector<int64_t> tokens, int rounds) {
+  const int64_t seq = model.workload().seq_len;
+  const int k = static_cast<int>(structure.groups.size());
+  const double state_bytes = model.ModelStateMemory().total();
+  for (int round = 0; round < rounds; ++round) {
+    PlanState st(model, MakeLayout(model, structure, tokens));
+    std::vector<double> per_token(k), cap(k);
+    bool any = false;
+    for (int g = 0; g < k; ++g) {
+      const GroupCost& c = st.group_costs()[g];
+      const double t = 2 * (c.local_fwd + c.ring_fwd) + c.local_bwd + c.ring_bwd;
+      per_token[g] = tokens[g] > 0 ? t / tokens[g] : 0;
+      cap[g] = static_cast<double>(seq);
+      if (tokens[g] > 0 && c.worst_memory_rank >= 0) {
+        double capacity = 0;
+        for (const RankCost& rc : c.members)
+          if (rc.rank == c.worst_memory_rank) capacity = rc.memory_capacity_bytes;
+        const double sf = state_bytes / capacity;
+        if (c.max_memory_fraction > sf)
+          cap[g] = std::min(cap[g], tokens[g] * (kMemoryCapMargin - sf) /
+                                        (c.max_memory_fraction - sf));
+        cap[g] = std::max(cap[g], 0.0);
+      }
+      any = any || per_token[g] > 0;
+    }
+    if (!any) break;
+    // Groups without tokens: give them the rate estimate of their weight relative to others.
+    const std::vector<double> rates = RateWeights(model, structure);
+    double ref_ratio = 0;
+    for (int g = 0; g < k; ++g)
+      if (per_token[g] > 0) ref_ratio = std::max(ref_ratio, per_token[g] * rates[g]);
+    for (int g = 0; g < k; ++g)
+      if (per_token[g] <= 0) per_token[g] = ref_ratio / std::max(rates[g], 1e-30);
+    auto take = [&](double tau) {
+      double sum = 0;
+      for (int g = 0; g < k; ++g) sum += std::min(cap[g], tau / per_token[g]);
+      return sum;
+    };
+    const double total_cap = std::accumulate(cap.begin(), cap.end(), 0.0);
+    std::vector<double> target(k);
+    if (total_cap < seq) {
+      for (int g = 0; g < k; ++g) target[g] = cap[g] > 0 ? cap[g] : 1e-9;
+    } else {
+      double lo = 0, hi = 1;
+      while (take(hi) < seq) hi *= 2;
+      for (int iter = 0; iter < 100; ++iter) {
+        const double mid = 0.5 * (lo + hi);
+        (take(mid) < seq ? lo : hi) = mid;
+      }
+      for (int g = 0; g < k; ++g) target[g] = std::min(cap[g], hi / per_token[g]);
+    }
+    tokens = LargestRemainder(seq, target);
+  }
+  return tokens;
+}
+
+}  // namespace sched_internal
+
+namespace {
+
+using namespace sched_internal;
+
+std::string SizesName(const Structure& s) {
+  std::string out;
+  std::map<size_t, int> sizes;  // ordered: deterministic
+  for (const auto& g : s.groups) ++sizes[g.size()];
+  for (const auto& [size, count] : sizes) {
+    if (!out.empty()) out += ",";
+    out += std::to_string(count) + "x" + std::to_string(size);
+  }
+  if (!s.idle.empty()) out += " idle=" + std::to_string(s.idle.size());
+  return out;
+}
+
+// Group structure from per-kind group sizes: a size below the domain size splits each domain into
+// equal parts; above it merges consecutive domains of the kind. size 0: the kind is idle.
+Structure FromSizes(const Cluster& cluster, const std::vector<Supernode>& domains,
+                    const std::vector<int>& size_by_kind, const std::vector<int>& kind_order) {
+  Structure s;
+  for (int kind : kind_order) {
+    const int size = size_by_kind[kind];
+    std::vector<int> pending;
+    for (const Supernode& d : domains) {
+      if (d.kind != kind) continue;
+      if (size == 0) {
+        s.idle.insert(s.idle.end(), d.ranks.begin(), d.ranks.end());
+        continue;
+      }
+      const int n = static_cast<int>(d.ranks.size());
+      if (size <= n) {
+        for (int start = 0; start < n; start += size)
+          s.groups.emplace_back(d.ranks.begin() + start,
+                                d.ranks.begin() + std::min(n, start + size));
+      } else {
+        pending.insert(pending.end(), d.ranks.begin(), d.ranks.end());
+        if (static_cast<int>(pending.size()) >= size) {
+          s.groups.push_back(pending);
+          pending.clear();
+        }
+      }
+    }
+    if (!pending.empty()) s.groups.push_back(pending);
+  }
+  (void)cluster;
+  return s;
+}
+
+struct Scored {
+  std::string name;
+  Layout layout;
+  Objective score;
+  double seconds = 0;
+  double max_memory_fraction = 0;
+};
+
+class CandidatePool {
+ public:
+  explicit CandidatePool(const CostModel& model) : model_(model) {}
+
+  // Scores the structure under each sequence-allocation policy; returns the best score.
+  Objective Add(const Structure& structure, const std::string& name) {
+    Objective best;
+    bool have = false;
+    if (structure.groups.empty()) return best;
+    for (const Structure& seen : seen_)
+      if (seen.groups == structure.groups && seen.idle == structure.idle) return seen_scores_[&seen - seen_.data()];
+    const int64_t seq = model_.workload().seq_len;
+    const std::vector<double> rates = RateWeights(model_, structure);
+    std::vector<double> sqrt_rates;
+    for (double r : rates) sqrt_rates.push_back(std::sqrt(r));
+    const std::vector<int64_t> by_rate = LargestRemainder(seq, rates);
+    const std::vector<std::pair<std::string, std::vector<int64_t>>> policies = {
+        {"compute", by_rate},
+        {"sqrt-compute", LargestRemainder(seq, sqrt_rates)},
+        {"balanced", BalanceTokens(model_, structure, by_rate, kBalanceRounds)},
+    };
+    for (const auto& [policy, tokens] : policies) {
+      Layout layout = MakeLayout(model_, structure, tokens);
+      Objective s = Push(name + " seq=" + policy, std::move(layout));
+      if (!have || Less(s, best)) {
+        best = s;
+        have = true;
+      }
+    }
+    seen_.push_back(structure);
+    seen_scores_.push_back(best);
+    return best;
+  }
+
+  Objective Push(const std::string& name, Layout layout) {
+    PlanState st(model_, layout);
+    double frac = 0;
+    for (const GroupCost& c : st.group_costs()) frac = std::max(frac, c.max_memory_fraction);
+    items_.push_back({name, std::move(layout), st.score(), st.IterationSeconds(), frac});
+    return st.score();
+  }
+
+  // The best `count` candidates with distinct layouts, best first (stable on ties).
+  std::vector<const Scored*> Top(int count) const {
+    std::vector<const Scored*> order;
+    for (const Scored& s : items_) order.push_back(&s);
+    std::stable_sort(order.begin(), order.end(),
+                     [](const Scored* a, const Scored* b) { return Less(a->score, b->score); });
+    std::vector<const Scored*> out;
+    for (const Scored* s : order) {
+      if (static_cast<int>(out.size()) >= count) break;
+      bool dup = false;
+      for (const Scored* o : out) dup = dup || o->layout == s->layout;
+      if (!dup) out.push_back(s);
+    }
+    return out;
+  }
+  const std::vector<Scored>& items() const { return items_; }
+
+ private:
+  const CostModel& model_;
+  std::vector<Scored> items_;
+  std::vector<Structure> seen_;
+  std::vector<Objective> seen_scores_;
+};
+
+// Divisor-like group sizes for a domain of n ranks: n, n/2, ... 1, and merges 2n, 4n (<= H).
+std::vector<int> SizeOptions(int n, int max_size, int kind_total) {
+  std::vector<int> out;
+  for (int s = n; s >= 1; s /= 2) {
+    if (s <= max_size && (n % s == 0)) out.push_back(s);
+    if (s == 1) break;
+  }
+  for (int s = 2 * n; s <= std::min(max_size, kind_total) && s <= 8 * n; s *= 2) out.push_back(s);
+  if (out.empty()) out.push_back(std::min(n, max_size));
+  return out;
+}
+
+int64_t AutoTrials(int num_ranks, int num_groups) {
+  // Scaled so that refinement stays within the planning-time goals (bench/sched).
+  if (num_ranks <= 16) return 20000;
+  if (num_ranks <= 256) return 4000;
+  return std::max<int64_t>(2000, 4 * num_groups);
+}
+
+}  // namespace
+
+namespace sched_internal {
+
+SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& options, bool quick) {
+  Clock clock(options.time_limit_seconds);
+  const Cluster& cluster = model.cluster();
+  const int heads = model.model().heads;
+  auto report = [&](double f) {
+    if (options.progress) options.progress(std::min(1.0, f));
+  };
+  report(0);
+
+  // ---- Baselines (seeds and the floor the result must beat).
+  std::vector<StrategyResult> baselines = AllBaselines(model);
+  baselines.push_back(ProportionalPlan(model));
+  report(0.05);
+
+  // ---- 1. Topology.
+  const std::vector<Supernode> domains = PartitionTopology(cluster);
+  const int num_kinds = static_cast<int>(cluster.kinds.size());
+  std::vector<int> kind_order(num_kinds);
+  std::iota(kind_order.begin(), kind_order.end(), 0);
+  std::vector<int> domain_size(num_kinds, 1), kind_total(num_kinds, 0);
+  for (const Supernode& d : domains) {
+    domain_size[d.kind] = std::max(domain_size[d.kind], static_cast<int>(d.ranks.size()));
+    kind_total[d.kind] += static_cast<int>(d.ranks.size());
+  }
+  std::vector<int> present;
+  for (int kind = 0; kind < num_kinds; ++kind)
+    if (kind_total[kind] > 0) present.push_back(kind);
+
+  // ---- 2. Group-level candidates.
+  CandidatePool pool(model);
+  std::vector<int> sizes(num_kinds, 0);
+  for (int kind : present) sizes[kind] = std::min(domain_size[kind], heads);
+  auto name_of = [&](const Structure& s) { return "groups=" + SizesName(s); };
+  Structure current = FromSizes(cluster, domains, sizes, kind_order);
+  Objective current_score = pool.Add(current, name_of(current));
+  const int passes = quick ? 1 : kStructurePasses;
+  for (int pass = 0; pass < passes; ++pass) {
+    for (int kind : present) {
+      std::vector<int> options_k = SizeOptions(domain_size[kind], heads, kind_total[kind]);
+      if (present.size() > 1) options_k.push_back(0);  // the kind idle
+      for (int option : options_k) {
+        if (option == sizes[kind]) continue;
+        std::vector<int> trial = sizes;
+        trial[kind] = option;
+        if (std::all_of(present.begin(), present.end(), [&](int k) { return trial[k] == 0; }))
+          continue;
+        Structure s = FromSizes(cluster, domains, trial, kind_order);
+        const Objective sc = pool.Add(s, name_of(s));
+        if (Less(sc, current_score)) {
+          current_score = sc;
+          sizes = trial;
+          current = s;
+        }
+        if (clock.Expired()) break;
+      }
+    }
+    report(0.1 + 0.3 * (pass + 1) / passes);
+  }
+  // Ring order: kinds by NIC bandwidth (fast links next to each other), then reversed.
+  {
+    std::vector<int> by_nic = kind_order;
+    std::stable_sort(by_nic.begin(), by_nic.end(), [&](int a, int b) {
+      return cluster.kinds[a].nic_bytes_per_second > cluster.kinds[b].nic_bytes_per_second;
+    });
+    Structure s = FromSizes(cluster, domains, sizes, by_nic);
+    pool.Add(s, name_of(s) + " order=nic");
+    std::vector<int> reversed(kind_order.rbegin(), kind_order.rend());
+    Structure r = FromSizes(cluster, domains, sizes, reversed);
+    pool.Add(r, name_of(r) + " order=reversed");
+  }
+  // Merged domains across kinds: consecutive domains in blocks of 2 and 4, and one group of all.
+  for (int block : {2, 4}) {
+    if (static_cast<int>(domains.size()) < block) break;
+    Structure s;
+    for (size_t start = 0; start < domains.size(); start += block) {
+      std::vector<int> ranks;
+      for (size_t d = start; d < std::min(domains.size(), start + block); ++d)
+        ranks.insert(ranks.end(), domains[d].ranks.begin(), domains[d].ranks.end());
+      s.groups.push_back(ranks);
+    }
+    if (std::all_of(s.groups.begin(), s.groups.end(),
+                    [&](const auto& g) { return static_cast<int>(g.size()) <= heads; }))
+      pool.Add(s, "groups=merged" + std::to_string(block) + " " + SizesName(s));
+  }
+  if (cluster.num_ranks() <= heads) {
+    Structure all;
+    all.groups.emplace_back();
+    for (int rank = 0; rank < cluster.num_ranks(); ++rank) all.groups[0].push_back(rank);
+    pool.Add(all, "groups=all");
+  }
+  // Baselines that have the layout form join the pool as seeds.
+  for (const StrategyResult& b : baselines) {
+    if (!b.applicable) continue;
+    Layout layout;
+    if (LayoutFromPlan(b.plan, layout))
+      pool.Push("baseline " + b.strategy + (b.config.empty() ? "" : " " + b.config),
+                std::move(layout));
+  }
+  report(0.45);
+
+  // ---- 3. Refinement of the best K.
+  const int top_k = std::max(1, quick ? 1 : options.top_k);
+  const std::vector<const Scored*> top = pool.Top(top_k);
+  int num_groups = 0;
+  for (const Scored* s : top) num_groups = std::max<int>(num_groups, s->layout.size());
+  const int64_t trials =
+      quick ? 0 : (options.max_trials > 0 ? options.max_trials
+                                          : AutoTrials(cluster.num_ranks(), num_groups));
+  std::vector<Layout> refined(top.size());
+  std::vector<Objective> refined_score(top.size());
+  std::vector<double> refined_seconds(top.size());
+  auto refine = [&](size_t index) {
+    PlanState st(model, top[index]->layout);
+    if (trials > 0) Descend(st, trials, [&] { return clock.Expired(); });
+    refined[index] = st.layout();
+    refined_score[index] = st.score();
+    refined_seconds[index] = st.IterationSeconds();
+  };
+  const int threads = std::max(1, std::min<int>(options.threads, top.size()));
+  if (threads <= 1) {
+    for (size_t i = 0; i < top.size(); ++i) {
+      refine(i);
+      report(0.45 + 0.5 * (i + 1) / top.size());
+    }
+  } else {
+    std::vector<std::thread> workers;
+    for (int t = 0; t < threads; ++t)
+      workers.emplace_back([&, t] {
+        for (size_t i = t; i < top.size(); i += threads) refine(i);
+      });
+    for (std::thread& w : workers) w.join();
+    report(0.95);
+  }
+
+  // ---- Choose: the best refined plan, re-scored in full, against every baseline.
+  SearchOutcome out;
+  bool have = false;
+  for (size_t i = 0; i < top.size(); ++i) {
+    StrategyResult r = Score(model, BuildPlan(model, refined[i], "hexiseq", top[i]->name + " refined"),
+                             top[i]->name + " refined");
+    if (!have || Better(r, out.best)) {
+      out.best = std::move(r);
+      have = true;
+    }
+  }
+  for (const StrategyResult& b : baselines) {
+    if (!b.applicable) continue;
+    if (!have || Better(b, out.best)) {
+      out.best = b;
+      out.best.config = "baseline " + b.strategy + (b.config.empty() ? "" : " (" + b.config + ")");
+      have = true;
+    }
+  }
+  out.best.strategy = "hexiseq";
+  out.best.plan.strategy = "hexiseq";
+  out.best.plan.config = out.best.config;
+  out.best.applicable = true;
+
+  if (options.candidates) {
+    std::vector<CandidateRecord>& table = *options.candidates;
+    table.clear();
+    for (const Scored& s : pool.items())
+      table.push_back({s.name, s.seconds, 0, s.score.feasible, s.max_memory_fraction});
+    for (size_t i = 0; i < top.size(); ++i)
+      for (CandidateRecord& rec : table)
+        if (rec.name == top[i]->name) rec.refined_seconds = refined_seconds[i];
+    for (const StrategyResult& b : baselines)
+      if (b.applicable)
+        table.push_back({"baseline " + b.strategy + " " + b.config, b.cost.iteration_seconds, 0,
+                         b.cost.feasible, b.cost.max_memory_fraction});
+    std::stable_sort(table.begin(), table.end(), [](const CandidateRecord& a,
+                                                    const CandidateRecord& b) {
+      if (a.feasible != b.feasible) return a.feasible;
+      const double ta = a.refined_seconds > 0 ? a.refined_seconds : a.iteration_seconds;
+      const double tb = b.refined_seconds > 0 ? b.refined_seconds : b.iteration_seconds;
+      return ta < tb;
+    });
+  }
+  report(1);
+  return out;
+}
+
+}  // namespace sched_internal
+
+Result<StrategyResult> Schedule(const CostModel& model, const ScheduleOptions& options) {
+  if (options.top_k < 1) return InvalidArgument("scheduler: top_k = " +
+                                                std::to_string(options.top_k) + ": must be >= 1");
+  if (options.threads < 1) return InvalidArgument("--threads = " +
+                                                  std::to_string(options.threads) +
+                                                  ": must be >= 1");
+  if (options.time_limit_seconds < 0)
+    return InvalidArgument("--time-limit = " + std::to_string(options.time_limit_seconds) +
+                           ": must be >= 0 (0 means no limit)");
+  SearchOutcome out = RunScheduler(model, options, false);
+  if (!out.best.cost.feasible) {
+    if (!options.explain_infeasible) return Infeasible("infeasible: " + out.best.cost.infeasible_reason);
+    return Infeasible(ExplainInfeasible(model));
+  }
+  return out.best;
+}
+
+}  // namespace hexiseq

@@ -1,0 +1,52 @@
+// Builds the simulator's dependency graphs from a Plan: `explicit_layers` transformer layers,
+// forward (F), full-recompute forward (R, when the workload recomputes everything) and backward
+// (B), in training order F1..Fk, Rk Bk, ..., R1 B1; and one gradient-synchronisation bucket.
+// Per layer and rank: QKV GEMMs -> ragged all-to-all (Q, K, V) -> attention on the diagonal block
+// while the sub-rings carry K/V blocks (forwarded as soon as received, replicated to members that
+// share a KV head) -> one attention op per origin block -> all-to-all (O) -> O + MLP GEMMs.
+// Backward mirrors it; dK/dV accumulators follow the K/V blocks and return to their owners.
+// Ignored: norms/RoPE/softmax FLOPs, optimizer step, memory allocation (the cost model's
+// memory figures decide feasibility).
+#pragma once
+
+#include <vector>
+
+#include "cost/cost_model.h"
+#include "plan/plan.h"
+#include "sim/engine.h"
+
+namespace hexiseq::sim {
+
+struct GraphOptions {
+  int explicit_layers = 1;          // layers built explicitly; the iteration scales them
+  bool skip_masked_blocks = true;   // a K/V block is not forwarded past the last group needing it
+};
+
+// Per pass, per rank: the ops that end the pass's phases (-1 for ranks without work).
+struct PassMarks {
+  Pass pass = Pass::kForward;
+  int layer = 0;
+  std::vector<int> start;      // the op the pass starts after (previous pass end), or -1
+  std::vector<int> local_in;   // head layout ready (all-to-all in done)
+  std::vector<int> ring_done;  // attention (and dK/dV returns) done
+  std::vector<int> end;        // the pass's last op on the rank
+};
+
+struct LayerGraph {
+  std::vector<PassMarks> passes;
+  std::vector<double> head_seconds;  // per rank, LM head forward + backward, one sequence
+  int num_segments = 0;              // KV segments after merging heads with equal ownership
+};
+
+// REQUIRES: Validate(plan, cost.cluster(), cost.model()) succeeded; engine is empty and uses
+// cost.cluster().
+LayerGraph BuildLayerGraph(const Plan& plan, const CostModel& cost, const GraphOptions& options,
+                           Engine& engine);
+
+// One layer's gradient bucket synchronised by a ring over all ranks in rank order:
+// reduce-scatter + all-gather (+ a second all-gather for ZeRO-3's backward), each step a message
+// of bucket / n bytes to the next rank.
+void BuildGradSyncGraph(const CostModel& cost, Engine& engine);
+double GradBucketBytes(const CostModel& cost);
+
+}  // namespace hexiseq::sim

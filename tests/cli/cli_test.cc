@@ -1,0 +1,212 @@
+// The hexiseq command end to end: exit codes (0 ok, 1 bad input or infeasible, 2 bad usage) and
+// messages that name the field, the value, the rule and a hint. stdout carries results only.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <sys/wait.h>
+
+namespace {
+
+struct CmdResult {
+  int code = -1;
+  std::string out, err;
+};
+
+std::string TempDir() {
+  static const std::string dir = [] {
+    std::string d = std::filesystem::temp_directory_path() / ("hexiseq_cli_" + std::to_string(getpid()));
+    std::filesystem::create_directories(d);
+    return d;
+  }();
+  return dir;
+}
+
+std::string Write(const std::string& name, const std::string& text) {
+  const std::string path = TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+CmdResult Hexiseq(const std::string& args) {
+  const std::string exe = HEXISEQ_BIN_PATH;
+  const std::string out = TempDir() + "/stdout", err = TempDir() + "/stderr";
+  const std::string cmd = exe + " " + args + " >" + out + " 2>" + err;
+  const int status = std::system(cmd.c_str());
+  CmdResult r;
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = Slurp(out);
+  r.err = Slurp(err);
+  return r;
+}
+
+std::string Example(const std::string& rel) {
+  return std::string(HEXISEQ_SOURCE_PATH) + "/" + rel;
+}
+
+const char* kGoodCluster =
+    "name: two-kinds\n"
+    "nodes:\n"
+    "  - gpu: H100-SXM\n    count: 1\n    gpus_per_node: 4\n"
+    "  - gpu: A100-SXM-80G\n    count: 1\n    gpus_per_node: 4\n"
+    "inter_node: 25 GB/s\n";
+
+void ExpectBadInput(const CmdResult& r, std::initializer_list<const char*> needles) {
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_TRUE(r.out.empty()) << "stdout must carry results only: " << r.out;
+  for (const char* n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << "want '" << n
+                                                                            << "' in: " << r.err;
+}
+
+std::string PlanArgs(const std::string& cluster, const std::string& extra = "") {
+  return "plan --cluster " + cluster + " --model llama3-8b --seq 64K " + extra;
+}
+
+TEST(Cli, CompareOnExampleClusterPrintsEveryStrategy) {
+  CmdResult r = Hexiseq("compare --cluster " + Example("examples/clusters/h100-a100-16.yaml") +
+                  " --model llama3-8b --seq 256K");
+  ASSERT_EQ(r.code, 0) << r.err;
+  for (const char* s : {"ring", "ulysses", "usp", "hetero-ring", "subset", "hexiseq", "of ideal"})
+    EXPECT_NE(r.out.find(s), std::string::npos) << s;
+}
+
+TEST(Cli, CompareJsonHasTheDocumentedFields) {
+  CmdResult r = Hexiseq("compare --cluster " + Write("c.yaml", kGoodCluster) +
+                  " --model llama3-8b --seq 128K --format json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["ideal_tokens_per_second"].get<double>(), 0);
+  ASSERT_EQ(j["strategies"].size(), 6u);
+  for (const auto& s : j["strategies"])
+    for (const char* k : {"strategy", "config", "feasible", "reason", "iteration_seconds",
+                          "tokens_per_second", "fraction_of_ideal", "max_memory_fraction"})
+      EXPECT_TRUE(s.contains(k)) << k;
+}
+
+TEST(Cli, PlanValidateExplainRoundTrip) {
+  const std::string cluster = Write("c.yaml", kGoodCluster);
+  const std::string plan = TempDir() + "/plan.json";
+  CmdResult r = Hexiseq(PlanArgs(cluster, "--format json -o " + plan));
+  ASSERT_EQ(r.code, 0) << r.err;
+  r = Hexiseq("validate --plan " + plan + " --cluster " + cluster + " --model llama3-8b");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("valid"), std::string::npos);
+  r = Hexiseq("explain --plan " + plan + " --cluster " + cluster + " --model llama3-8b");
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_NE(r.out.find("bottleneck: rank"), std::string::npos) << r.out;
+}
+
+TEST(Cli, BadUsageExitsTwo) {
+  CmdResult r = Hexiseq("plan --cluster x.yaml --model llama3-8b");  // --seq missing
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.err.find("--seq"), std::string::npos) << r.err;
+  EXPECT_EQ(Hexiseq("frobnicate").code, 2);
+  EXPECT_EQ(Hexiseq(PlanArgs("x.yaml", "--strategy fastest")).code, 2);
+}
+
+TEST(Cli, MissingFile) {
+  ExpectBadInput(Hexiseq(PlanArgs(TempDir() + "/nope.yaml")), {"nope.yaml", "cannot"});
+}
+
+TEST(Cli, YamlSyntaxErrorHasLineAndColumn) {
+  const CmdResult r = Hexiseq(PlanArgs(Write("bad.yaml", "name: x\nnodes:\n  - gpu: [H100\n")));
+  ExpectBadInput(r, {"bad.yaml", "line"});
+}
+
+TEST(Cli, EmptyAndNonYamlFiles) {
+  ExpectBadInput(Hexiseq(PlanArgs(Write("empty.yaml", ""))), {"empty"});
+  ExpectBadInput(Hexiseq(PlanArgs(Write("text.yaml", "just some words\n"))), {"text.yaml"});
+}
+
+TEST(Cli, UnknownGpuOffersClosestNames) {
+  const CmdResult r = Hexiseq(PlanArgs(
+      Write("gpu.yaml", "nodes:\n  - gpu: H10\n    count: 1\n    gpus_per_node: 8\n")));
+  ExpectBadInput(r, {"H10", "H100-SXM"});
+}
+
+TEST(Cli, NonPositiveQuantitiesAndUnits) {
+  ExpectBadInput(Hexiseq(PlanArgs(Write(
+                     "z.yaml", "nodes:\n  - gpu: H100-SXM\n    count: 0\n    gpus_per_node: 8\n"))),
+                 {"nodes[0].count", "0"});
+  ExpectBadInput(
+      Hexiseq(PlanArgs(Write("u.yaml", "nodes:\n  - gpu: H100-SXM\n    count: 1\n"
+                                       "    gpus_per_node: 8\n    intra_node: fast\n"))),
+      {"intra_node", "fast", "GB/s"});
+  ExpectBadInput(
+      Hexiseq(PlanArgs(Write("n.yaml", "nodes:\n  - gpu: H100-SXM\n    count: 1\n"
+                                       "    gpus_per_node: 8\n    nic: -5 GB/s\n"))),
+      {"nic", "-5"});
+  ExpectBadInput(
+      Hexiseq(PlanArgs(Write("m.yaml", "nodes:\n  - gpu: {name: X, bf16_tflops: 100, memory: 0}\n"
+                                       "    count: 1\n    gpus_per_node: 8\n"))),
+      {"memory"});
+  ExpectBadInput(Hexiseq(PlanArgs(Write("nonodes.yaml", "name: x\n"))), {"nodes"});
+}
+
+TEST(Cli, UnknownModelAndBadHeads) {
+  const std::string cluster = Write("c.yaml", kGoodCluster);
+  ExpectBadInput(Hexiseq("plan --cluster " + cluster + " --model llama9 --seq 64K"),
+                 {"llama9", "llama3-8b"});
+  const std::string model = Write("m.yaml", "layers: 2\nhidden: 48\nheads: 6\nkv_heads: 4\n"
+                                            "ffn_hidden: 128\nvocab: 256\n");
+  ExpectBadInput(Hexiseq("plan --cluster " + cluster + " --model " + model + " --seq 64K"),
+                 {"heads = 6", "kv_heads = 4", "divisible"});
+}
+
+TEST(Cli, BadSequenceLengths) {
+  const std::string cluster = Write("c.yaml", kGoodCluster);
+  ExpectBadInput(Hexiseq("plan --cluster " + cluster + " --model llama3-8b --seq banana"),
+                 {"--seq", "banana", "256K"});
+  ExpectBadInput(Hexiseq("plan --cluster " + cluster + " --model llama3-8b --seq 0"),
+                 {"--seq", "0"});
+}
+
+TEST(Cli, WorkloadThatFitsNowhereIsInfeasible) {
+  const std::string cluster =
+      Write("six.yaml", "nodes:\n  - gpu: H100-SXM\n    count: 1\n    gpus_per_node: 6\n");
+  const CmdResult r = Hexiseq("plan --cluster " + cluster + " --model llama3-70b --seq 16M");
+  ExpectBadInput(r, {"infeasible", "rank", "needs", "has", "hint"});
+}
+
+TEST(Cli, CorruptedPlansFailWithTheRightMessage) {
+  const std::string cluster = Write("c.yaml", kGoodCluster);
+  const std::string path = TempDir() + "/good.json";
+  ASSERT_EQ(Hexiseq(PlanArgs(cluster, "--strategy ulysses --format json -o " + path)).code, 0);
+  const auto good = nlohmann::json::parse(Slurp(path));
+  auto check = [&](const char* name, auto mutate, std::initializer_list<const char*> needles) {
+    nlohmann::json j = good;
+    mutate(j);
+    const std::string p = Write(std::string(name) + ".json", j.dump());
+    const CmdResult r = Hexiseq("validate --plan " + p + " --cluster " + cluster + " --model llama3-8b");
+    SCOPED_TRACE(name);
+    ExpectBadInput(r, needles);
+  };
+  check("overlap", [](auto& j) { j["groups"][0]["members"][0]["tokens"][0][1] =
+                                     j["groups"][0]["members"][0]["tokens"][0][1].template get<int64_t>() + 5; },
+        {"are held by both"});
+  check("missing-tokens", [](auto& j) { j["groups"][0]["tokens"][0][0] = 1;
+                                        j["groups"][0]["members"][0]["tokens"][0][0] = 1; },
+        {"tokens [0, 1) are missing"});
+  check("missing-head", [](auto& j) { j["groups"][0]["members"][0]["heads"].erase(0); },
+        {"head 0 is missing"});
+  check("rank-range", [](auto& j) { j["groups"][0]["members"][0]["rank"] = 99;
+                                    j["groups"][0]["ranks"][0] = 99; },
+        {"rank = 99: out of range"});
+  check("rank-repeated", [](auto& j) { j["groups"][0]["members"][1]["rank"] = 0;
+                                       j["groups"][0]["ranks"][1] = 0; },
+        {"rank 0 appears twice"});
+  check("format", [](auto& j) { j["format"] = "hexiseq.plan/0"; },
+        {"format", "hexiseq.plan/0", "hexiseq.plan/1"});
+}
+
+}  // namespace

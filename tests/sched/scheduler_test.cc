@@ -1,0 +1,199 @@
+#include "sched/scheduler.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <random>
+
+#include "plan/plan.h"
+#include "sched/plan_state.h"
+#include "sched/sched_test_util.h"
+#include "spec/spec_input.h"
+
+namespace hexiseq {
+namespace {
+
+using sched_test::Device;
+using sched_test::Model;
+
+Workload Work(int64_t seq, Recompute recompute = Recompute::kFull, int zero = 3) {
+  Workload w;
+  w.seq_len = seq;
+  w.recompute = recompute;
+  w.zero_stage = zero;
+  return w;
+}
+
+double BestBaselineSeconds(const CostModel& model) {
+  double best = 1e300;
+  for (const StrategyResult& r : AllBaselines(model))
+    if (r.feasible()) best = std::min(best, r.cost.iteration_seconds);
+  return best;
+}
+
+TEST(PlanState, IncrementalScoreMatchesFullEvaluation) {
+  Cluster cluster = MakeCluster({Device("H100-SXM"), Device("A100-SXM-80G"), Device("L40S")},
+                                {1, 1, 1}, 4, 25e9);
+  CostModel model(cluster, Model("llama3-8b"), Work(131072));
+  sched_internal::Layout layout;
+  for (int node = 0; node < 3; ++node) {
+    sched_internal::GroupLayout g;
+    for (int r = 0; r < 4; ++r) g.ranks.push_back(node * 4 + r);
+    g.front = g.back = 131072 / 6;
+    g.tokens = sched_internal::TokensByGemm(model, g.ranks, g.total());
+    g.heads = sched_internal::HeadsByAttention(model, g.ranks);
+    layout.push_back(g);
+  }
+  layout[2].back += 131072 - 6 * (131072 / 6);
+  layout[2].tokens = sched_internal::TokensByGemm(model, layout[2].ranks, layout[2].total());
+  sched_internal::PlanState state(model, layout);
+  std::mt19937_64 rng(7);
+  for (int step = 0; step < 300; ++step) {
+    sched_internal::Move move;
+    move.kind = static_cast<sched_internal::Move::Kind>(rng() % 3);
+    move.group = rng() % 3;
+    move.other_group = rng() % 3;
+    move.from = rng() % 4;
+    move.to = rng() % 4;
+    move.amount = move.kind == sched_internal::Move::kHeads ? 1 + rng() % 2 : 1 + rng() % 5000;
+    move.front = static_cast<int64_t>(rng() % 3000) - 1000;
+    move.back = static_cast<int64_t>(rng() % 3000) - 1000;
+    bool legal = false;
+    const sched_internal::Objective tried = state.Try(move, legal);
+    if (legal) {
+      ASSERT_TRUE(state.Apply(move));
+      EXPECT_EQ(tried.primary, state.score().primary);
+    }
+    ASSERT_TRUE(Validate(state.plan(), cluster, model.model())) << "step " << step;
+    const PlanCost full = model.Evaluate(state.plan());
+    ASSERT_NEAR(state.IterationSeconds(), full.iteration_seconds, 1e-9 * full.iteration_seconds)
+        << "step " << step;
+    ASSERT_EQ(state.score().feasible, full.feasible) << "step " << step;
+  }
+}
+
+TEST(PlanState, LayoutRoundTripsThroughPlan) {
+  Cluster cluster = MakeCluster({Device("H100-SXM"), Device("A100-SXM-80G")}, {1, 1}, 4, 25e9);
+  CostModel model(cluster, Model("llama3-8b"), Work(65536));
+  const StrategyResult ring = RingBaseline(model);
+  sched_internal::Layout layout;
+  ASSERT_TRUE(sched_internal::LayoutFromPlan(ring.plan, layout));
+  const Plan rebuilt = sched_internal::BuildPlan(model, layout, ring.plan.strategy, ring.plan.config);
+  EXPECT_NEAR(model.Evaluate(rebuilt).iteration_seconds, ring.cost.iteration_seconds,
+              1e-12 * ring.cost.iteration_seconds);
+}
+
+TEST(Schedule, ValidAndNeverWorseThanBaselinesOnRandomClusters) {
+  std::mt19937_64 rng(2024);
+  const char* models[] = {"llama3-8b", "llama2-7b", "llama3.2-3b", "gpt-3b", "llama2-13b"};
+  for (int trial = 0; trial < 12; ++trial) {
+    const int ranks = 2 + static_cast<int>(rng() % 23);
+    Cluster cluster = sched_test::RandomSmallCluster(rng, ranks);
+    const ModelSpec spec = Model(models[rng() % 5]);
+    const int64_t seq = int64_t{1} << (14 + rng() % 5);
+    CostModel model(cluster, spec, Work(seq));
+    auto result = Schedule(model);
+    const double baseline = BestBaselineSeconds(model);
+    if (!result) {
+      EXPECT_EQ(result.error().code, ErrorCode::kInfeasible);
+      EXPECT_EQ(baseline, 1e300) << "a baseline fits but the scheduler found nothing";
+      continue;
+    }
+    ASSERT_TRUE(Validate(result->plan, cluster, spec)) << "trial " << trial;
+    EXPECT_EQ(result->strategy, "hexiseq");
+    const PlanCost cost = model.Evaluate(result->plan);
+    EXPECT_TRUE(cost.feasible);
+    EXPECT_LE(cost.iteration_seconds, baseline * (1 + 1e-12)) << "trial " << trial;
+  }
+}
+
+TEST(Schedule, HomogeneousWithinOnePercentOfBestBaseline) {
+  for (const char* device : {"H100-SXM", "A100-SXM-80G"}) {
+    Cluster cluster = MakeCluster({Device(device)}, {4}, 8, 25e9);
+    CostModel model(cluster, Model("llama3-8b"), Work(262144));
+    auto result = Schedule(model);
+    ASSERT_TRUE(result);
+    const double baseline = BestBaselineSeconds(model);
+    EXPECT_LE(result->cost.iteration_seconds, baseline * 1.01);
+    EXPECT_GE(result->cost.iteration_seconds, baseline * 0.5);  // sanity: same cost model
+  }
+}
+
+TEST(Schedule, DeterministicAcrossRunsAndThreads) {
+  Cluster cluster = sched_test::MixedCluster(64);
+  CostModel model(cluster, Model("llama3-8b"), Work(262144));
+  auto a = Schedule(model);
+  auto b = Schedule(model);
+  ScheduleOptions two;
+  two.threads = 2;
+  auto c = Schedule(model, two);
+  ASSERT_TRUE(a && b && c);
+  EXPECT_EQ(PlanToJson(a->plan), PlanToJson(b->plan));
+  EXPECT_EQ(PlanToJson(a->plan), PlanToJson(c->plan));
+}
+
+TEST(Schedule, ReportsProgressAndCandidates) {
+  Cluster cluster = sched_test::MixedCluster(32);
+  CostModel model(cluster, Model("llama3-8b"), Work(131072));
+  std::vector<double> seen;
+  std::vector<CandidateRecord> table;
+  ScheduleOptions options;
+  options.progress = [&](double f) { seen.push_back(f); };
+  options.candidates = &table;
+  ASSERT_TRUE(Schedule(model, options));
+  ASSERT_FALSE(seen.empty());
+  EXPECT_EQ(seen.back(), 1.0);
+  EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
+  EXPECT_GT(table.size(), 5u);
+}
+
+TEST(Schedule, RejectsBadOptions) {
+  Cluster cluster = MakeCluster({Device("H100-SXM")}, {1}, 2, 25e9);
+  CostModel model(cluster, Model("llama3-8b"), Work(8192));
+  ScheduleOptions options;
+  options.threads = 0;
+  auto r = Schedule(model, options);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(r.error().message.find("--threads"), std::string::npos);
+  options.threads = 1;
+  options.time_limit_seconds = -1;
+  r = Schedule(model, options);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("--time-limit"), std::string::npos);
+}
+
+TEST(Schedule, TimeLimitStillReturnsAValidPlan) {
+  Cluster cluster = sched_test::MixedCluster(128);
+  CostModel model(cluster, Model("llama3-70b"), Work(1 << 20));
+  ScheduleOptions options;
+  options.time_limit_seconds = 0.01;
+  auto r = Schedule(model, options);
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(Validate(r->plan, cluster, model.model()));
+}
+
+TEST(Infeasible, ExplainsRankNeedAndSmallestChange) {
+  Cluster cluster = MakeCluster({Device("A100-40G")}, {1}, 8, 25e9);
+  CostModel model(cluster, Model("llama3-8b"), Work(int64_t{256} << 10, Recompute::kNone));
+  auto r = Schedule(model);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, ErrorCode::kInfeasible);
+  const std::string& m = r.error().message;
+  EXPECT_NE(m.find("rank "), std::string::npos) << m;
+  EXPECT_NE(m.find("A100-40G"), std::string::npos) << m;
+  EXPECT_NE(m.find("needs"), std::string::npos) << m;
+  EXPECT_NE(m.find("has"), std::string::npos) << m;
+  EXPECT_NE(m.find("with --recompute full it fits"), std::string::npos) << m;
+  EXPECT_NE(m.find("GiB more per A100-40G"), std::string::npos) << m;
+  EXPECT_NE(m.find("a shorter --seq of at most"), std::string::npos) << m;
+}
+
+TEST(Infeasible, EmptyWhenItFits) {
+  Cluster cluster = MakeCluster({Device("H100-SXM")}, {1}, 8, 25e9);
+  CostModel model(cluster, Model("llama3-8b"), Work(65536));
+  EXPECT_EQ(ExplainInfeasible(model), "");
+}
+
+}  // namespace
+}  // namespace hexiseq

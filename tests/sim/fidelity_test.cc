@@ -1,0 +1,116 @@
+// Fidelity of the simulator against the analytical cost model on contention-free configurations
+// (one node; one GPU per node; groups inside nodes with one ring flow per node pair): iteration
+// times agree within 5% on random valid plans and the two rank plans in the same order.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+
+#include "sim/simulator.h"
+#include "sim_test_util.h"
+
+namespace hexiseq::sim {
+namespace {
+
+using simtest::GroupShape;
+
+struct FidelityCase {
+  const char* name;
+  Cluster cluster;
+  const char* model;
+  int64_t seq;
+  Recompute recompute;
+  GroupShape shape;
+};
+
+struct FidelityStats {
+  double max_error = 0, mean_error = 0, tau = 0;
+  std::string worst_term;
+};
+
+FidelityStats RunCase(const FidelityCase& c, int plans, uint64_t seed) {
+  auto model = LoadModel(c.model);
+  EXPECT_TRUE(model.has_value());
+  Workload w;
+  w.seq_len = c.seq;
+  w.batch = 2;
+  w.recompute = c.recompute;
+  CostModel cost(c.cluster, *model, w);
+  std::mt19937_64 rng(seed);
+  std::vector<double> modelled, simulated;
+  FidelityStats stats;
+  double worst = -1;
+  for (int i = 0; i < plans; ++i) {
+    const Plan plan = simtest::RandomPlan(cost, rng, c.shape, 0.3);
+    auto sim = Simulate(plan, cost);
+    EXPECT_TRUE(sim.has_value()) << (sim ? "" : sim.error().message);
+    if (!sim) continue;
+    const double predicted = cost.Evaluate(plan).iteration_seconds;
+    const double error = sim->iteration_seconds / predicted - 1;
+    if (std::getenv("HEXISEQ_FIDELITY_VERBOSE")) {
+      std::printf("  plan %d: %zu groups err %+.2f%%", i, plan.groups.size(), 100 * error);
+      for (const SimTerm& t : sim->terms)
+        std::printf(" | %s %.3f/%.3f", t.name.c_str(), t.model_seconds, t.sim_seconds);
+      std::printf("\n");
+    }
+    modelled.push_back(predicted);
+    simulated.push_back(sim->iteration_seconds);
+    stats.mean_error += std::abs(error) / plans;
+    if (std::abs(error) > worst) {
+      worst = std::abs(error);
+      stats.max_error = error;
+      const SimTerm* term = LargestDisagreement(*sim);
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%s (model %.4f s, sim %.4f s)", term->name.c_str(),
+                    term->model_seconds, term->sim_seconds);
+      stats.worst_term = buf;
+    }
+  }
+  stats.tau = KendallTau(modelled, simulated);
+  std::printf("fidelity %-34s plans %2d  mean |err| %5.2f%%  max err %+6.2f%%  tau %.3f  "
+              "largest term gap: %s\n",
+              c.name, plans, 100 * stats.mean_error, 100 * stats.max_error, stats.tau,
+              stats.worst_term.c_str());
+  return stats;
+}
+
+std::vector<FidelityCase> Cases() {
+  using simtest::EightGpuNodes;
+  using simtest::OneGpuPerNode;
+  using simtest::SingleNode;
+  return {
+      {"1 node 8xH100 gpt-7b 64K full", SingleNode("H100-SXM", 8), "gpt-7b", 65536,
+       Recompute::kFull, GroupShape::kAny},
+      {"1 node 4xA100 llama3-8b 128K none", SingleNode("A100-SXM-80G", 4), "llama3-8b", 131072,
+       Recompute::kNone, GroupShape::kAny},
+      {"1 node 8xL40S llama3-8b 32K sel", SingleNode("L40S", 8), "llama3-8b", 32768,
+       Recompute::kSelective, GroupShape::kAny},
+      {"6 nodes x1 H100/A100/L40S 7b 128K", OneGpuPerNode({"H100-SXM", "A100-SXM-80G", "L40S",
+                                                           "H100-SXM", "A100-SXM-80G", "L40S"},
+                                                          25e9),
+       "gpt-7b", 131072, Recompute::kFull, GroupShape::kAny},
+      {"8 nodes x1 H100/A100 llama3-8b 256K", OneGpuPerNode({"H100-SXM", "H100-SXM", "H100-SXM",
+                                                             "A100-SXM-80G", "A100-SXM-80G",
+                                                             "A100-SXM-80G", "A100-SXM-80G",
+                                                             "H100-SXM"},
+                                                            25e9),
+       "llama3-8b", 262144, Recompute::kFull, GroupShape::kAny},
+      {"2+2 nodes x8 H100/A100 13b 256K in-node", EightGpuNodes({"H100-SXM", "A100-SXM-80G"},
+                                                               {2, 2}, 25e9),
+       "gpt-13b", 262144, Recompute::kFull, GroupShape::kWithinNode},
+  };
+}
+
+TEST(Fidelity, RandomPlansAgreeWithin5PercentAndRankTheSame) {
+  int seed = 1;
+  for (const FidelityCase& c : Cases()) {
+    const FidelityStats stats = RunCase(c, 12, seed++);
+    EXPECT_LE(std::abs(stats.max_error), 0.05) << c.name << ": " << stats.worst_term;
+    EXPECT_GE(stats.tau, 0.8) << c.name;
+  }
+}
+
+}  // namespace
+}  // namespace hexiseq::sim

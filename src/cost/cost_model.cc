@@ -317,7 +317,10 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
   const int n = cluster_.num_ranks();
   double sync_seconds = 0;
   if (n > 1) {
-    const double passes = workload_.zero_stage >= 3 ? 3.0 : 2.0;  // RS (+ AG) (+ AG for bwd)
+    // ZeRO-3 gathers the weights for each sequence's forward and backward and reduce-scatters
+    // each sequence's gradients (3 passes per sequence); lower stages accumulate gradients
+    // locally and all-reduce once per iteration (2 passes).
+    const double passes = workload_.zero_stage >= 3 ? 3.0 * workload_.batch : 2.0;
     const double volume = passes * (n - 1.0) / n * model_.TotalParams() * k_.grad_bytes_per_param;
     bool multi_node = cluster_.nodes.size() > 1;
     double bw = 1e30;

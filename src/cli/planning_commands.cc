@@ -8,7 +8,11 @@
 #include "cli/cli.h"
 #include "cli/inputs.h"
 #include "sched/baselines.h"
+#include "sched/scheduler.h"
 #include "spec/units.h"
+
+#include <chrono>
+#include <unistd.h>
 
 namespace hexiseq::cli {
 namespace {
@@ -19,15 +23,47 @@ struct PlanFlags {
   std::string format = "table";
   std::string output;
   double time_limit = 0;
+  int threads = 1;
 };
 
-Result<StrategyResult> RunStrategy(const CostModel& model, const std::string& name) {
+// A progress bar on stderr, shown only on a terminal and only once a run passes one second.
+class ProgressBar {
+ public:
+  ProgressBar() : start_(std::chrono::steady_clock::now()), tty_(isatty(2)) {}
+  ~ProgressBar() {
+    if (shown_) std::fprintf(stderr, "\r%60s\r", "");
+  }
+  void Update(double fraction) {
+    if (!tty_) return;
+    const double elapsed =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+    if (elapsed < 1.0) return;
+    shown_ = true;
+    const int width = 30, filled = static_cast<int>(fraction * width);
+    std::fprintf(stderr, "\rplanning [%s%s] %3.0f%% %.1fs", std::string(filled, '#').c_str(),
+                 std::string(width - filled, ' ').c_str(), 100 * fraction, elapsed);
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+  bool tty_ = false, shown_ = false;
+};
+
+Result<StrategyResult> RunStrategy(const CostModel& model, const std::string& name,
+                                   const PlanFlags& flags) {
+  if (name == "hexiseq" || name == "exact") {
+    ProgressBar bar;
+    ScheduleOptions options;
+    options.time_limit_seconds = flags.time_limit;
+    options.threads = flags.threads;
+    options.progress = [&bar](double fraction) { bar.Update(fraction); };
+    return name == "exact" ? ExactSearch(model, options) : Schedule(model, options);
+  }
   if (name == "ring") return RingBaseline(model);
   if (name == "ulysses") return UlyssesBaseline(model);
   if (name == "usp") return UspBaseline(model);
   if (name == "hetero-ring") return HeteroRingBaseline(model);
   if (name == "subset") return SubsetBaseline(model);
-  if (name == "hexiseq") return ProportionalPlan(model);
   return InvalidArgument("--strategy = \"" + name +
                          "\": unknown (rule: one of hexiseq, exact, ring, ulysses, usp, "
                          "hetero-ring, subset)");
@@ -65,16 +101,18 @@ std::string PlanSummary(const Plan& plan, const CostModel& model, const PlanCost
 int RunPlan(const PlanFlags& f) {
   auto model = LoadInputs(f.in);
   if (!model) return ReportError(model.error());
-  auto result = RunStrategy(**model, f.strategy);
+  auto result = RunStrategy(**model, f.strategy, f);
   if (!result) return ReportError(result.error());
   if (!result->applicable)
     return ReportError(Error{ErrorCode::kNotSupported,
                              "strategy " + f.strategy + " is not applicable: " + result->reason});
-  if (!result->cost.feasible)
+  if (!result->cost.feasible) {
+    std::string why = ExplainInfeasible(**model);
+    if (why.empty()) why = "infeasible: " + result->cost.infeasible_reason;
     return ReportError(Error{ErrorCode::kInfeasible,
-                             "infeasible: " + result->cost.infeasible_reason +
-                                 " (hint: try --recompute full, a shorter --seq, --zero 3, or "
-                                 "more or larger GPUs)"});
+                             why + " (strategy " + f.strategy + "; hint: the hexiseq strategy "
+                                   "searches every grouping, try --strategy hexiseq)"});
+  }
   std::string text = f.format == "json"
                          ? PlanToJson(result->plan)
                          : PlanSummary(result->plan, **model, result->cost);
@@ -96,9 +134,19 @@ int RunCompare(const PlanFlags& f) {
   for (const StrategyResult& r : results)
     if (r.feasible() && (best_baseline == 0 || r.cost.iteration_seconds < best_baseline))
       best_baseline = r.cost.iteration_seconds;
-  auto hex = RunStrategy(model, f.strategy == "exact" ? "hexiseq" : f.strategy);
-  if (!hex) return ReportError(hex.error());
-  results.push_back(*hex);
+  auto hex = RunStrategy(model, "hexiseq", f);
+  if (hex) {
+    results.push_back(*hex);
+  } else if (hex.error().code == ErrorCode::kInfeasible) {
+    StrategyResult none;
+    none.strategy = "hexiseq";
+    none.config = "-";
+    none.cost.feasible = false;
+    none.reason = hex.error().message;
+    results.push_back(none);
+  } else {
+    return ReportError(hex.error());
+  }
   const double ideal = model.IdealIterationSeconds();
 
   if (f.format == "json") {
@@ -111,7 +159,7 @@ int RunCompare(const PlanFlags& f) {
       s["config"] = r.config;
       s["feasible"] = r.feasible();
       s["reason"] = r.reason;
-      const bool scored = r.applicable;
+      const bool scored = r.applicable && r.cost.iteration_seconds > 0;
       s["iteration_seconds"] = scored ? nlohmann::json(r.cost.iteration_seconds) : nullptr;
       s["tokens_per_second"] = scored ? nlohmann::json(r.cost.tokens_per_second) : nullptr;
       s["fraction_of_ideal"] = scored ? nlohmann::json(ideal / r.cost.iteration_seconds) : nullptr;
@@ -129,9 +177,9 @@ int RunCompare(const PlanFlags& f) {
                                                  "max mem"}};
   std::vector<std::string> notes;
   for (const StrategyResult& r : results) {
-    if (!r.applicable) {
-      rows.push_back({r.strategy, "-", "n/a", "-", "-", "-", "-", "-"});
-      notes.push_back(r.strategy + ": not applicable: " + r.reason);
+    if (!r.applicable || r.cost.iteration_seconds <= 0) {  // not applicable, or nothing fits
+      rows.push_back({r.strategy, "-", r.applicable ? "no" : "n/a", "-", "-", "-", "-", "-"});
+      notes.push_back(r.strategy + ": " + (r.applicable ? "" : "not applicable: ") + r.reason);
       continue;
     }
     rows.push_back({r.strategy, r.config, r.feasible() ? "yes" : "no",
@@ -231,11 +279,19 @@ void AddPlanningCommands(CLI::App& app, Actions& actions) {
   plan->add_option("--format", plan_flags.format, "table|json")
       ->check(CLI::IsMember({"table", "json"}));
   plan->add_option("-o,--output", plan_flags.output, "Write the plan JSON to this file");
-  plan->add_option("--time-limit", plan_flags.time_limit, "Planner time limit in seconds");
+  plan->add_option("--time-limit", plan_flags.time_limit,
+                   "Planner time limit in seconds (0: none); the best plan so far is returned")
+      ->check(CLI::NonNegativeNumber);
+  plan->add_option("--threads", plan_flags.threads, "Planner threads (results do not depend on it)")
+      ->check(CLI::Range(1, 256));
   actions[plan] = [] { return RunPlan(plan_flags); };
 
   CLI::App* compare = app.add_subcommand("compare", "Every strategy side by side");
   AddInputFlags(compare, compare_flags.in, true);
+  compare->add_option("--time-limit", compare_flags.time_limit, "Planner time limit in seconds")
+      ->check(CLI::NonNegativeNumber);
+  compare->add_option("--threads", compare_flags.threads, "Planner threads")
+      ->check(CLI::Range(1, 256));
   compare->add_option("--format", compare_flags.format, "table|json")
       ->check(CLI::IsMember({"table", "json"}));
   actions[compare] = [] { return RunCompare(compare_flags); };

@@ -15,9 +15,13 @@ namespace hexiseq {
 namespace sched_internal {
 namespace {
 
-constexpr int kBalanceRounds = 3;          // re-fits of the per-group time model
+constexpr int kBalanceRounds = 2;          // re-fits of the per-group time model
 constexpr double kMemoryCapMargin = 0.98;  // memory-capped allocation aims at 98% of capacity
-constexpr int kStructurePasses = 2;        // coordinate passes over per-kind group sizes
+constexpr int kStructurePasses = 2;        // coordinate passes over per-kind group sizes ...
+constexpr int kTwoPassesUpTo = 64;         // ... on clusters of at most this many ranks
+constexpr int kClassEvaluations = 120;    // full re-scorings per candidate in ClassSearch ...
+constexpr int kClassSearchUpTo = 64;       // ... on clusters of at most this many ranks
+constexpr int kWidePoliciesUpTo = 256;     // sqrt-compute allocation up to this many ranks
 
 // Per-token costs at the sequence's average causal density (FLOPs per token).
 struct TokenFlops {
@@ -140,6 +144,96 @@ std::vector<int64_t> BalanceTokens(const CostModel& model, const Structure& stru
   return tokens;
 }
 
+// Class-level search: groups with the same make-up (device kinds and size) form a class, and
+// the descent of single groups cannot move a class whose groups all tie at the maximum. Here each
+// class's share of the sequence (a multiplicative factor on its groups' tokens) and its front
+// fraction (asymmetric zigzag: cheap front tokens versus costly back tokens) are searched by a
+// pattern search with full re-scoring. Returns the improved layout.
+Layout ClassSearch(const CostModel& model, Layout layout, int max_evaluations, const Clock& clock) {
+  const Cluster& cluster = model.cluster();
+  const int64_t seq = model.workload().seq_len;
+  std::vector<int> active;
+  for (int g = 0; g < static_cast<int>(layout.size()); ++g)
+    if (layout[g].total() > 0) active.push_back(g);
+  if (active.size() < 2) return layout;
+  std::map<std::vector<int>, int> class_of_key;
+  std::vector<int> class_of(layout.size(), -1);
+  for (int g : active) {
+    std::vector<int> key;
+    for (int rank : layout[g].ranks) key.push_back(cluster.ranks[rank].kind);
+    std::sort(key.begin(), key.end());
+    auto [it, inserted] = class_of_key.emplace(key, static_cast<int>(class_of_key.size()));
+    class_of[g] = it->second;
+  }
+  const int classes = static_cast<int>(class_of_key.size());
+  const Layout base = layout;
+  auto build = [&](const std::vector<double>& factor, const std::vector<double>& front) {
+    std::vector<double> w;
+    for (int g : active) w.push_back(base[g].total() * factor[class_of[g]]);
+    const std::vector<int64_t> totals = LargestRemainder(seq, w);
+    Layout out = base;
+    for (size_t i = 0; i < active.size(); ++i) {
+      GroupLayout& gl = out[active[i]];
+      const int64_t t = totals[i];
+      if (t == 0) return Layout{};
+      const double f = front[class_of[active[i]]];
+      gl.front = f < 0 ? gl.front * t / std::max<int64_t>(1, gl.total())
+                       : static_cast<int64_t>(std::llround(t * f));
+      gl.back = t - gl.front;
+      std::vector<double> mw(gl.tokens.begin(), gl.tokens.end());
+      gl.tokens = LargestRemainder(t, mw);
+    }
+    return out;
+  };
+  std::vector<double> factor(classes, 1.0), front(classes, -1.0);
+  Objective best = PlanState(model, layout).score();
+  int evaluations = 0;
+  for (double step : {0.2, 0.05, 0.0125, 0.003}) {
+    bool improved = true;
+    while (improved && evaluations < max_evaluations && !clock.Expired()) {
+      improved = false;
+      for (int c = 0; c < classes && classes > 1; ++c)
+        for (double dir : {1.0, -1.0}) {
+          std::vector<double> f = factor;
+          f[c] *= 1 + dir * step;
+          Layout trial = build(f, front);
+          if (trial.empty()) continue;
+          ++evaluations;
+          const Objective s = PlanState(model, trial).score();
+          if (Less(s, best)) {
+            best = s;
+            factor = f;
+            layout = std::move(trial);
+            improved = true;
+          }
+        }
+      for (int c = 0; c < classes; ++c)
+        for (double dir : {1.0, -1.0}) {
+          std::vector<double> fr = front;
+          if (fr[c] < 0) {
+            for (int g : active)
+              if (class_of[g] == c) {
+                fr[c] = static_cast<double>(base[g].front) / base[g].total();
+                break;
+              }
+          }
+          fr[c] = std::clamp(fr[c] + dir * step, 0.0, 1.0);
+          Layout trial = build(factor, fr);
+          if (trial.empty()) continue;
+          ++evaluations;
+          const Objective s = PlanState(model, trial).score();
+          if (Less(s, best)) {
+            best = s;
+            front = fr;
+            layout = std::move(trial);
+            improved = true;
+          }
+        }
+    }
+  }
+  return layout;
+}
+
 }  // namespace sched_internal
 
 namespace {
@@ -215,11 +309,12 @@ class CandidatePool {
     std::vector<double> sqrt_rates;
     for (double r : rates) sqrt_rates.push_back(std::sqrt(r));
     const std::vector<int64_t> by_rate = LargestRemainder(seq, rates);
-    const std::vector<std::pair<std::string, std::vector<int64_t>>> policies = {
+    std::vector<std::pair<std::string, std::vector<int64_t>>> policies = {
         {"compute", by_rate},
-        {"sqrt-compute", LargestRemainder(seq, sqrt_rates)},
         {"balanced", BalanceTokens(model_, structure, by_rate, kBalanceRounds)},
     };
+    if (model_.cluster().num_ranks() <= kWidePoliciesUpTo)
+      policies.push_back({"sqrt-compute", LargestRemainder(seq, sqrt_rates)});
     for (const auto& [policy, tokens] : policies) {
       Layout layout = MakeLayout(model_, structure, tokens);
       Objective s = Push(name + " seq=" + policy, std::move(layout));
@@ -280,8 +375,9 @@ std::vector<int> SizeOptions(int n, int max_size, int kind_total) {
 int64_t AutoTrials(int num_ranks, int num_groups) {
   // Scaled so that refinement stays within the planning-time goals (bench/sched).
   if (num_ranks <= 16) return 20000;
-  if (num_ranks <= 256) return 4000;
-  return std::max<int64_t>(2000, 4 * num_groups);
+  if (num_ranks <= 64) return 4000;
+  if (num_ranks <= 256) return 500;
+  return std::max<int64_t>(1000, 2 * num_groups);
 }
 
 }  // namespace
@@ -323,7 +419,7 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
   auto name_of = [&](const Structure& s) { return "groups=" + SizesName(s); };
   Structure current = FromSizes(cluster, domains, sizes, kind_order);
   Objective current_score = pool.Add(current, name_of(current));
-  const int passes = quick ? 1 : kStructurePasses;
+  const int passes = quick || cluster.num_ranks() > kTwoPassesUpTo ? 1 : kStructurePasses;
   for (int pass = 0; pass < passes; ++pass) {
     for (int kind : present) {
       std::vector<int> options_k = SizeOptions(domain_size[kind], heads, kind_total[kind]);
@@ -400,7 +496,9 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
   std::vector<Objective> refined_score(top.size());
   std::vector<double> refined_seconds(top.size());
   auto refine = [&](size_t index) {
-    PlanState st(model, top[index]->layout);
+    Layout start = top[index]->layout;
+    if (!quick && cluster.num_ranks() <= kClassSearchUpTo) start = ClassSearch(model, std::move(start), kClassEvaluations, clock);
+    PlanState st(model, start);
     if (trials > 0) Descend(st, trials, [&] { return clock.Expired(); });
     refined[index] = st.layout();
     refined_score[index] = st.score();

@@ -55,7 +55,8 @@ Cluster EightGpuNodes(const std::vector<const char*>& devices, const std::vector
   return MakeCluster(specs, nodes, 8, nic);
 }
 
-Plan RandomPlan(const CostModel& cost, std::mt19937_64& rng, GroupShape shape, double spread) {
+Plan RandomPlan(const CostModel& cost, std::mt19937_64& rng, GroupShape shape, double spread,
+                bool equal_blocks) {
   const Cluster& cluster = cost.cluster();
   const ModelSpec& model = cost.model();
   const int n = cluster.num_ranks();
@@ -91,7 +92,7 @@ Plan RandomPlan(const CostModel& cost, std::mt19937_64& rng, GroupShape shape, d
   for (const auto& g : groups) {
     double w = 0;
     for (int r : g) w += cluster.device(r).AttentionFlops();
-    group_weight.push_back(w * jitter(rng));
+    group_weight.push_back(equal_blocks ? 1.0 : w * jitter(rng));
   }
   const int64_t half = seq / 2;
   const std::vector<int64_t> sizes = Split(half, group_weight);

@@ -28,6 +28,9 @@ enum class GroupShape {
 };
 
 // A random valid plan. `spread` is how far shares stray from compute-proportional (0.3 = +-30%).
-Plan RandomPlan(const CostModel& cost, std::mt19937_64& rng, GroupShape shape, double spread);
+// With `equal_blocks`, every group holds the same number of tokens (so every sub-ring block has
+// the same size); members' tokens and heads stay random.
+Plan RandomPlan(const CostModel& cost, std::mt19937_64& rng, GroupShape shape, double spread,
+                bool equal_blocks = false);
 
 }  // namespace hexiseq::simtest

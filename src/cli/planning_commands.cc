@@ -147,6 +147,10 @@ int RunCompare(const PlanFlags& f) {
   } else {
     return ReportError(hex.error());
   }
+  if (model.cluster().num_ranks() <= kExactMaxRanks) {  // small enough for the exact search
+    auto exact = RunStrategy(model, "exact", f);
+    if (exact) results.push_back(*exact);
+  }
   const double ideal = model.IdealIterationSeconds();
 
   if (f.format == "json") {

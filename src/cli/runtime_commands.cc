@@ -26,8 +26,8 @@ struct AttnCheckFlags {
 
 void PrintTable(const Plan& plan, const AttnCheckFlags& flags,
                 const runtime::AttnCheckReport& report) {
-  std::printf("attn-check %s: %d ranks, S = %" PRId64 ", H = %d, G = %d, head_dim = %d, seed = %" PRIu64
-              "\n\n",
+  std::printf("attn-check %s: %d ranks, S = %" PRId64
+              ", H = %d, G = %d, head_dim = %d, seed = %" PRIu64 "\n\n",
               flags.plan.c_str(), plan.num_ranks, plan.seq_len, plan.num_heads, plan.num_kv_heads,
               flags.head_dim, flags.seed);
   std::printf("%-6s %14s %14s %14s\n", "tensor", "max_abs_err", "max_abs_ref", "rel_err");
@@ -35,8 +35,9 @@ void PrintTable(const Plan& plan, const AttnCheckFlags& flags,
     std::printf("%-6s %14.3e %14.3e %14.3e\n", stats.name.c_str(), stats.max_abs, stats.max_ref,
                 stats.relative());
   }
-  std::printf("\nrel_err = max|distributed - reference| / max|reference| per tensor; "
-              "reference: naive attention in double precision\n");
+  std::printf(
+      "\nrel_err = max|distributed - reference| / max|reference| per tensor; "
+      "reference: naive attention in double precision\n");
   std::printf("\n%-4s %10s %10s %10s %10s %12s %10s %10s %10s %10s %12s\n", "rank", "fwd_a2a_s",
               "fwd_comp_s", "fwd_wait_s", "fwd_tot_s", "fwd_p2p_B", "bwd_a2a_s", "bwd_comp_s",
               "bwd_wait_s", "bwd_tot_s", "bwd_p2p_B");
@@ -47,8 +48,7 @@ void PrintTable(const Plan& plan, const AttnCheckFlags& flags,
                 rank, f.alltoall, f.compute, f.ring_wait, f.total, f.ring_bytes_sent, b.alltoall,
                 b.compute, b.ring_wait, b.total, b.ring_bytes_sent);
   }
-  std::printf("\nresult: %s (tolerance %.1e)\n", report.passed ? "PASS" : "FAIL",
-              flags.tolerance);
+  std::printf("\nresult: %s (tolerance %.1e)\n", report.passed ? "PASS" : "FAIL", flags.tolerance);
 }
 
 void PrintJson(const Plan& plan, const AttnCheckFlags& flags,
@@ -56,9 +56,8 @@ void PrintJson(const Plan& plan, const AttnCheckFlags& flags,
   std::printf("{\"plan\": \"%s\", \"num_ranks\": %d, \"seq_len\": %" PRId64
               ", \"num_heads\": %d, \"num_kv_heads\": %d, \"head_dim\": %d, \"seed\": %" PRIu64
               ", \"tolerance\": %.17g, \"passed\": %s, \"errors\": {",
-              flags.plan.c_str(), plan.num_ranks, plan.seq_len, plan.num_heads,
-              plan.num_kv_heads, flags.head_dim, flags.seed, flags.tolerance,
-              report.passed ? "true" : "false");
+              flags.plan.c_str(), plan.num_ranks, plan.seq_len, plan.num_heads, plan.num_kv_heads,
+              flags.head_dim, flags.seed, flags.tolerance, report.passed ? "true" : "false");
   for (size_t index = 0; index < report.errors.size(); ++index) {
     const runtime::ErrorStats& stats = report.errors[index];
     std::printf("%s\"%s\": {\"max_abs\": %.17g, \"max_ref\": %.17g, \"rel\": %.17g}",
@@ -123,8 +122,9 @@ void AddRuntimeCommands(CLI::App& app, Actions& actions) {
   check->add_option("--head-dim", flags.head_dim, "Head dimension (default 32)")
       ->check(CLI::Range(1, 1024));
   check->add_option("--seed", flags.seed, "Seed of the random inputs (default 1)");
-  check->add_option("--tolerance", flags.tolerance,
-                    "Largest relative error accepted on every output (default 1e-5)")
+  check
+      ->add_option("--tolerance", flags.tolerance,
+                   "Largest relative error accepted on every output (default 1e-5)")
       ->check(CLI::PositiveNumber);
   check->add_option("--format", flags.format, "table|json")
       ->check(CLI::IsMember({"table", "json"}));

@@ -161,7 +161,10 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
   const int64_t causal_pairs = CausalPrefixPairs(group.tokens);
   const int64_t diag_pairs = CausalPairs(group.tokens, group.tokens);
   const int steps = ring.ring_size;
-  std::vector<double> ring_send(m, 0), ring_recv(m, 0);
+  // ring_chain: blocks are forwarded whole (store and forward), so the largest block reaches the
+  // farthest group only after (steps - 1) hops; with unequal groups that chain can outlast the
+  // link's total traffic.
+  std::vector<double> ring_send(m, 0), ring_recv(m, 0), ring_chain(m, 0);
   if (steps > 1) {
     const PlanGroup& prev = plan.groups[ring.prev];
     const PlanGroup& next = plan.groups[ring.next];
@@ -179,7 +182,12 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
     for (int g = 0; g < num_kv; ++g) {
       if (mine[g] < 0) continue;
       const int p = member_index(mine[g]);
-      if (before[g] >= 0) ring_recv[p] += TransferSeconds(before[g], mine[g], per_kv_in);
+      if (before[g] >= 0) {
+        ring_recv[p] += TransferSeconds(before[g], mine[g], per_kv_in);
+        ring_chain[p] += (steps - 1) * TransferSeconds(before[g], mine[g],
+                                                       ring.max_group_tokens *
+                                                           KvBytesPerTokenPerKvHead());
+      }
       if (after[g] >= 0) ring_send[p] += TransferSeconds(mine[g], after[g], per_kv_out);
       // Replicas: other members needing KV head g get it from the primary over group links.
       for (size_t i = 0; i < m; ++i) {
@@ -200,7 +208,7 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
     const double flops_per_pair = 4.0 * dh * h[i];
     const double compute = flops_per_pair * causal_pairs / dev.AttentionFlops();
     const double first = flops_per_pair * diag_pairs / dev.AttentionFlops();
-    const double comm = std::max(ring_send[i], ring_recv[i]);
+    const double comm = std::max({ring_send[i], ring_recv[i], ring_chain[i]});
     double fwd = compute, bwd = k_.attention_backward_factor * compute;
     if (steps > 1) {
       const double last = (compute - first) / (steps - 1);

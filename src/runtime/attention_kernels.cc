@@ -18,8 +18,11 @@ extern "C" void openblas_set_num_threads(int num_threads) __attribute__((weak));
 namespace hexiseq::runtime {
 namespace {
 
-constexpr int64_t kBlockQ = 128;  // query rows per tile
-constexpr int64_t kBlockK = 128;  // key rows per tile
+// Tile sizes, chosen by bench/runtime on an AMD EPYC (Zen 3, AVX2) with d = 64 and 128: about
+// 256 stacked query rows x 128 keys keeps the score tile (128 KiB) in L2; 128 to 512 rows and
+// 64 to 256 keys were within measurement noise of each other.
+constexpr int64_t kTileRows = 256;  // stacked query rows (heads x rows) per tile
+constexpr int64_t kBlockK = 128;    // key rows per tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // ---- Row math: max, exp(x - shift) with sum. -inf (and anything below -87) maps to exactly 0.
@@ -140,8 +143,8 @@ TileKind Classify(const Block& q, const Block& k) {
 }
 
 // Sets s[row][col] = -inf where key col is after query row.
-void ApplyCausalMask(float* s, int64_t ld, const int64_t* q_pos, int64_t rows,
-                     const int64_t* k_pos, int64_t cols) {
+void ApplyCausalMask(float* s, int64_t ld, const int64_t* q_pos, int64_t rows, const int64_t* k_pos,
+                     int64_t cols) {
   for (int64_t row = 0; row < rows; ++row) {
     float* s_row = s + row * ld;
     for (int64_t col = 0; col < cols; ++col) {
@@ -175,81 +178,128 @@ double AttentionForwardFlops(const AttentionInputs& in) {
   return 4.0 * in.head_dim * static_cast<double>(in.q.size()) * pairs;
 }
 
+namespace {
+
+// Query heads that share a KV head are stacked as extra rows of one tile (GQA): the tile GEMMs
+// get nh times more rows and K/V tiles are read once for all of them. Rows are ordered
+// (head, row) inside a tile; tile_rows = heads * rows.
+struct KvGroup {
+  int kv = 0;
+  std::vector<int> heads;  // query-head indices using this KV head
+};
+
+std::vector<KvGroup> GroupByKv(const AttentionInputs& in) {
+  std::vector<KvGroup> groups;
+  for (size_t kv = 0; kv < in.k.size(); ++kv) {
+    KvGroup group{static_cast<int>(kv), {}};
+    for (size_t head = 0; head < in.q.size(); ++head) {
+      if (in.kv_index[head] == static_cast<int>(kv)) group.heads.push_back(static_cast<int>(head));
+    }
+    if (!group.heads.empty()) groups.push_back(std::move(group));
+  }
+  return groups;
+}
+
+// Query rows per tile for `heads` stacked heads: about kTileRows stacked rows in all.
+int64_t QueryBlock(size_t heads) {
+  return std::clamp<int64_t>(kTileRows / static_cast<int64_t>(heads), 16, kTileRows);
+}
+
+// Causal mask on a stacked tile: stacked row r is query row (r % rows).
+void MaskStacked(float* s, int64_t ld, const int64_t* q_pos, int64_t rows, int64_t heads,
+                 const int64_t* k_pos, int64_t cols) {
+  for (int64_t head = 0; head < heads; ++head) {
+    ApplyCausalMask(s + head * rows * ld, ld, q_pos, rows, k_pos, cols);
+  }
+}
+
+}  // namespace
+
 void AttentionForward(const AttentionInputs& in, const ForwardOutputs& out, bool accumulate) {
   CheckShapes(in);
   HEXISEQ_CHECK(out.o.size() == in.q.size() && out.lse.size() == in.q.size(),
                 "one output per query head");
   const RowOps& ops = Ops();
   const int64_t d = in.head_dim;
-  const std::vector<Block> q_blocks = Blocks(in.q_positions, kBlockQ);
   const std::vector<Block> k_blocks = Blocks(in.k_positions, kBlockK);
-  std::vector<float> s(kBlockQ * kBlockK);
-  std::vector<float> acc(kBlockQ * d);
-  std::vector<float> m(kBlockQ);
-  std::vector<float> l(kBlockQ);
-
-  for (size_t head = 0; head < in.q.size(); ++head) {
-    const float* q = in.q[head];
-    const float* k = in.k[in.kv_index[head]];
-    const float* v = in.v[in.kv_index[head]];
-    float* o = out.o[head];
-    float* lse = out.lse[head];
+  for (const KvGroup& group : GroupByKv(in)) {
+    const int64_t nh = static_cast<int64_t>(group.heads.size());
+    const int64_t block_q = QueryBlock(group.heads.size());
+    const std::vector<Block> q_blocks = Blocks(in.q_positions, block_q);
+    const float* k = in.k[group.kv];
+    const float* v = in.v[group.kv];
+    std::vector<float> q_tile(nh * block_q * d);
+    std::vector<float> s(nh * block_q * kBlockK);
+    std::vector<float> acc(nh * block_q * d);
+    std::vector<float> m(nh * block_q);
+    std::vector<float> l(nh * block_q);
     for (const Block& qb : q_blocks) {
       const int64_t rows = qb.size();
-      // Running state (m, l, acc) with o = acc / l and lse = m + log(l).
-      for (int64_t row = 0; row < rows; ++row) {
-        const int64_t global_row = qb.begin + row;
-        float* acc_row = acc.data() + row * d;
-        if (accumulate && lse[global_row] != kNegInf) {
-          m[row] = lse[global_row];
-          l[row] = 1.0f;
-          std::copy_n(o + global_row * d, d, acc_row);
-        } else {
-          m[row] = kNegInf;
-          l[row] = 0.0f;
-          std::fill_n(acc_row, d, 0.0f);
+      const int64_t tile_rows = nh * rows;
+      // Pack Q and set the running state (m, l, acc), with o = acc / l and lse = m + log(l).
+      for (int64_t hi = 0; hi < nh; ++hi) {
+        const int head = group.heads[hi];
+        std::copy_n(in.q[head] + qb.begin * d, rows * d, q_tile.data() + hi * rows * d);
+        for (int64_t row = 0; row < rows; ++row) {
+          const int64_t global_row = qb.begin + row;
+          const int64_t t = hi * rows + row;
+          float* acc_row = acc.data() + t * d;
+          const float lse = out.lse[head][global_row];
+          if (accumulate && lse != kNegInf) {
+            m[t] = lse;
+            l[t] = 1.0f;
+            std::copy_n(out.o[head] + global_row * d, d, acc_row);
+          } else {
+            m[t] = kNegInf;
+            l[t] = 0.0f;
+            std::fill_n(acc_row, d, 0.0f);
+          }
         }
       }
       for (const Block& kb : k_blocks) {
         const TileKind kind = Classify(qb, kb);
         if (kind == TileKind::kSkip) continue;
         const int64_t cols = kb.size();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, d, in.scale,
-                    q + qb.begin * d, d, k + kb.begin * d, d, 0.0f, s.data(), kBlockK);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile_rows, cols, d, in.scale,
+                    q_tile.data(), d, k + kb.begin * d, d, 0.0f, s.data(), kBlockK);
         if (kind == TileKind::kPartial) {
-          ApplyCausalMask(s.data(), kBlockK, in.q_positions.data() + qb.begin, rows,
-                          in.k_positions.data() + kb.begin, cols);
+          MaskStacked(s.data(), kBlockK, in.q_positions.data() + qb.begin, rows, nh,
+                      in.k_positions.data() + kb.begin, cols);
         }
-        for (int64_t row = 0; row < rows; ++row) {
-          float* s_row = s.data() + row * kBlockK;
-          const float m_new = std::max(m[row], ops.row_max(s_row, cols));
+        for (int64_t t = 0; t < tile_rows; ++t) {
+          float* s_row = s.data() + t * kBlockK;
+          const float m_new = std::max(m[t], ops.row_max(s_row, cols));
           if (m_new == kNegInf) {  // no visible key yet: the row contributes nothing
             std::fill_n(s_row, cols, 0.0f);
             continue;
           }
           const float sum = ops.exp_shift_sum(s_row, cols, m_new);
-          const float alpha = m[row] == kNegInf ? 0.0f : std::exp(m[row] - m_new);
+          const float alpha = m[t] == kNegInf ? 0.0f : std::exp(m[t] - m_new);
           if (alpha != 1.0f) {
-            float* acc_row = acc.data() + row * d;
+            float* acc_row = acc.data() + t * d;
             for (int64_t col = 0; col < d; ++col) acc_row[col] *= alpha;
           }
-          l[row] = l[row] * alpha + sum;
-          m[row] = m_new;
+          l[t] = l[t] * alpha + sum;
+          m[t] = m_new;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, cols, 1.0f, s.data(),
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile_rows, d, cols, 1.0f, s.data(),
                     kBlockK, v + kb.begin * d, d, 1.0f, acc.data(), d);
       }
-      for (int64_t row = 0; row < rows; ++row) {
-        const int64_t global_row = qb.begin + row;
-        float* o_row = o + global_row * d;
-        const float* acc_row = acc.data() + row * d;
-        if (l[row] > 0.0f) {
-          const float inv = 1.0f / l[row];
-          for (int64_t col = 0; col < d; ++col) o_row[col] = acc_row[col] * inv;
-          lse[global_row] = m[row] + std::log(l[row]);
-        } else {
-          std::fill_n(o_row, d, 0.0f);
-          lse[global_row] = kNegInf;
+      for (int64_t hi = 0; hi < nh; ++hi) {
+        const int head = group.heads[hi];
+        for (int64_t row = 0; row < rows; ++row) {
+          const int64_t global_row = qb.begin + row;
+          const int64_t t = hi * rows + row;
+          float* o_row = out.o[head] + global_row * d;
+          const float* acc_row = acc.data() + t * d;
+          if (l[t] > 0.0f) {
+            const float inv = 1.0f / l[t];
+            for (int64_t col = 0; col < d; ++col) o_row[col] = acc_row[col] * inv;
+            out.lse[head][global_row] = m[t] + std::log(l[t]);
+          } else {
+            std::fill_n(o_row, d, 0.0f);
+            out.lse[head][global_row] = kNegInf;
+          }
         }
       }
     }
@@ -265,73 +315,82 @@ void AttentionBackward(const AttentionInputs& in, const BackwardArgs& args) {
                 "one dk and dv per KV head");
   const RowOps& ops = Ops();
   const int64_t d = in.head_dim;
-  const std::vector<Block> q_blocks = Blocks(in.q_positions, kBlockQ);
   const std::vector<Block> k_blocks = Blocks(in.k_positions, kBlockK);
-  std::vector<float> p(kBlockQ * kBlockK);
-  std::vector<float> dp(kBlockQ * kBlockK);
-  std::vector<float> delta(kBlockQ);
-
-  for (size_t head = 0; head < in.q.size(); ++head) {
-    const int kv = in.kv_index[head];
-    const float* q = in.q[head];
-    const float* k = in.k[kv];
-    const float* v = in.v[kv];
-    const float* o = args.o[head];
-    const float* d_o = args.d_o[head];
-    const float* lse = args.lse[head];
-    float* dq = args.dq[head];
-    float* dk = args.dk[kv];
-    float* dv = args.dv[kv];
+  for (const KvGroup& group : GroupByKv(in)) {
+    const int64_t nh = static_cast<int64_t>(group.heads.size());
+    const int64_t block_q = QueryBlock(group.heads.size());
+    const std::vector<Block> q_blocks = Blocks(in.q_positions, block_q);
+    const float* k = in.k[group.kv];
+    const float* v = in.v[group.kv];
+    float* dk = args.dk[group.kv];
+    float* dv = args.dv[group.kv];
+    std::vector<float> q_tile(nh * block_q * d), do_tile(nh * block_q * d),
+        dq_tile(nh * block_q * d);
+    std::vector<float> p(nh * block_q * kBlockK), dp(nh * block_q * kBlockK);
+    std::vector<float> delta(nh * block_q), lse(nh * block_q);
     for (const Block& qb : q_blocks) {
       const int64_t rows = qb.size();
-      for (int64_t row = 0; row < rows; ++row) {
-        const float* o_row = o + (qb.begin + row) * d;
-        const float* do_row = d_o + (qb.begin + row) * d;
-        float dot = 0;
-        for (int64_t col = 0; col < d; ++col) dot += o_row[col] * do_row[col];
-        delta[row] = dot;
+      const int64_t tile_rows = nh * rows;
+      for (int64_t hi = 0; hi < nh; ++hi) {
+        const int head = group.heads[hi];
+        std::copy_n(in.q[head] + qb.begin * d, rows * d, q_tile.data() + hi * rows * d);
+        std::copy_n(args.d_o[head] + qb.begin * d, rows * d, do_tile.data() + hi * rows * d);
+        std::copy_n(args.lse[head] + qb.begin, rows, lse.data() + hi * rows);
+        for (int64_t row = 0; row < rows; ++row) {
+          const float* o_row = args.o[head] + (qb.begin + row) * d;
+          const float* do_row = args.d_o[head] + (qb.begin + row) * d;
+          float dot = 0;
+          for (int64_t col = 0; col < d; ++col) dot += o_row[col] * do_row[col];
+          delta[hi * rows + row] = dot;
+        }
       }
-      const float* q_tile = q + qb.begin * d;
-      const float* do_tile = d_o + qb.begin * d;
+      std::fill_n(dq_tile.begin(), tile_rows * d, 0.0f);
+      bool touched = false;
       for (const Block& kb : k_blocks) {
         const TileKind kind = Classify(qb, kb);
         if (kind == TileKind::kSkip) continue;
+        touched = true;
         const int64_t cols = kb.size();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, d, in.scale, q_tile, d,
-                    k + kb.begin * d, d, 0.0f, p.data(), kBlockK);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile_rows, cols, d, in.scale,
+                    q_tile.data(), d, k + kb.begin * d, d, 0.0f, p.data(), kBlockK);
         if (kind == TileKind::kPartial) {
-          ApplyCausalMask(p.data(), kBlockK, in.q_positions.data() + qb.begin, rows,
-                          in.k_positions.data() + kb.begin, cols);
+          MaskStacked(p.data(), kBlockK, in.q_positions.data() + qb.begin, rows, nh,
+                      in.k_positions.data() + kb.begin, cols);
         }
-        for (int64_t row = 0; row < rows; ++row) {
-          float* p_row = p.data() + row * kBlockK;
-          const float row_lse = lse[qb.begin + row];
-          if (row_lse == kNegInf) {
+        for (int64_t t = 0; t < tile_rows; ++t) {
+          float* p_row = p.data() + t * kBlockK;
+          if (lse[t] == kNegInf) {
             std::fill_n(p_row, cols, 0.0f);
           } else {
-            ops.exp_shift_sum(p_row, cols, row_lse);
+            ops.exp_shift_sum(p_row, cols, lse[t]);
           }
         }
-        // dV += P^T dO
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, d, rows, 1.0f, p.data(),
-                    kBlockK, do_tile, d, 1.0f, dv + kb.begin * d, d);
+        // dV += P^T dO (summed over the stacked heads by the GEMM's inner dimension)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, d, tile_rows, 1.0f, p.data(),
+                    kBlockK, do_tile.data(), d, 1.0f, dv + kb.begin * d, d);
         // dP = dO V^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, d, 1.0f, do_tile, d,
-                    v + kb.begin * d, d, 0.0f, dp.data(), kBlockK);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile_rows, cols, d, 1.0f,
+                    do_tile.data(), d, v + kb.begin * d, d, 0.0f, dp.data(), kBlockK);
         // dS = scale * P * (dP - delta), stored over dp.
-        for (int64_t row = 0; row < rows; ++row) {
-          const float* p_row = p.data() + row * kBlockK;
-          float* ds_row = dp.data() + row * kBlockK;
-          const float row_delta = delta[row];
+        for (int64_t t = 0; t < tile_rows; ++t) {
+          const float* p_row = p.data() + t * kBlockK;
+          float* ds_row = dp.data() + t * kBlockK;
+          const float row_delta = delta[t];
           for (int64_t col = 0; col < cols; ++col) {
             ds_row[col] = in.scale * p_row[col] * (ds_row[col] - row_delta);
           }
         }
         // dQ += dS K ; dK += dS^T Q
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, cols, 1.0f, dp.data(),
-                    kBlockK, k + kb.begin * d, d, 1.0f, dq + qb.begin * d, d);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, d, rows, 1.0f, dp.data(),
-                    kBlockK, q_tile, d, 1.0f, dk + kb.begin * d, d);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile_rows, d, cols, 1.0f, dp.data(),
+                    kBlockK, k + kb.begin * d, d, 1.0f, dq_tile.data(), d);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, d, tile_rows, 1.0f, dp.data(),
+                    kBlockK, q_tile.data(), d, 1.0f, dk + kb.begin * d, d);
+      }
+      if (!touched) continue;
+      for (int64_t hi = 0; hi < nh; ++hi) {
+        float* dq = args.dq[group.heads[hi]] + qb.begin * d;
+        const float* from = dq_tile.data() + hi * rows * d;
+        for (int64_t index = 0; index < rows * d; ++index) dq[index] += from[index];
       }
     }
   }
@@ -376,14 +435,13 @@ void AttentionForwardReference(const AttentionInputs& in, const ForwardOutputs& 
       double lse_b = sum > 0 ? best + std::log(sum) : -std::numeric_limits<double>::infinity();
       float* o_row = out.o[head] + row * d;
       float& lse_row = out.lse[head][row];
-      double lse_prev = accumulate ? static_cast<double>(lse_row)
-                                   : -std::numeric_limits<double>::infinity();
-      const double lse_new =
-          std::max(lse_prev, lse_b) == -std::numeric_limits<double>::infinity()
-              ? -std::numeric_limits<double>::infinity()
-              : std::max(lse_prev, lse_b) +
-                    std::log(std::exp(lse_prev - std::max(lse_prev, lse_b)) +
-                             std::exp(lse_b - std::max(lse_prev, lse_b)));
+      double lse_prev =
+          accumulate ? static_cast<double>(lse_row) : -std::numeric_limits<double>::infinity();
+      const double lse_new = std::max(lse_prev, lse_b) == -std::numeric_limits<double>::infinity()
+                                 ? -std::numeric_limits<double>::infinity()
+                                 : std::max(lse_prev, lse_b) +
+                                       std::log(std::exp(lse_prev - std::max(lse_prev, lse_b)) +
+                                                std::exp(lse_b - std::max(lse_prev, lse_b)));
       for (int64_t dim = 0; dim < d; ++dim) {
         double value = 0;
         if (lse_new != -std::numeric_limits<double>::infinity()) {

@@ -16,13 +16,13 @@ namespace hexiseq::runtime {
 // Matrices are row-major [rows x head_dim] with leading dimension head_dim.
 struct AttentionInputs {
   int head_dim = 0;
-  float scale = 0;                        // softmax scale, usually 1 / sqrt(head_dim)
-  std::span<const int64_t> q_positions;   // global position of each query row (num_q)
-  std::span<const int64_t> k_positions;   // global position of each key row (num_k)
-  std::vector<const float*> q;            // per query head: [num_q x head_dim]
-  std::vector<int> kv_index;              // per query head: index into k and v
-  std::vector<const float*> k;            // per KV head: [num_k x head_dim]
-  std::vector<const float*> v;            // per KV head: [num_k x head_dim]
+  float scale = 0;                       // softmax scale, usually 1 / sqrt(head_dim)
+  std::span<const int64_t> q_positions;  // global position of each query row (num_q)
+  std::span<const int64_t> k_positions;  // global position of each key row (num_k)
+  std::vector<const float*> q;           // per query head: [num_q x head_dim]
+  std::vector<int> kv_index;             // per query head: index into k and v
+  std::vector<const float*> k;           // per KV head: [num_k x head_dim]
+  std::vector<const float*> v;           // per KV head: [num_k x head_dim]
 
   int64_t num_q() const { return static_cast<int64_t>(q_positions.size()); }
   int64_t num_k() const { return static_cast<int64_t>(k_positions.size()); }

@@ -40,7 +40,8 @@ Ranges SortedNonEmpty(const Ranges& ranges, std::string* overlap) {
             [](const Range& a, const Range& b) { return a.begin < b.begin; });
   for (size_t index = 1; index < sorted.size(); ++index) {
     if (sorted[index].begin < sorted[index - 1].end && overlap != nullptr && overlap->empty()) {
-      *overlap = StrCat("[", sorted[index - 1].begin, ", ", sorted[index - 1].end, ") overlaps [", sorted[index].begin, ", ", sorted[index].end, ")");
+      *overlap = StrCat("[", sorted[index - 1].begin, ", ", sorted[index - 1].end, ") overlaps [",
+                        sorted[index].begin, ", ", sorted[index].end, ")");
     }
   }
   return sorted;
@@ -77,7 +78,9 @@ int AttentionLayout::PrimaryRank(int seg, int pos) const {
 
 Result<AttentionLayout> AttentionLayout::Build(const Plan& plan) {
   if (plan.num_heads <= 0 || plan.num_kv_heads <= 0 || plan.num_heads % plan.num_kv_heads != 0) {
-    return InvalidArgument(StrCat("plan: num_heads = ", plan.num_heads, ", num_kv_heads = ", plan.num_kv_heads, ": both must be >= 1 and num_kv_heads must divide num_heads"));
+    return InvalidArgument(StrCat("plan: num_heads = ", plan.num_heads,
+                                  ", num_kv_heads = ", plan.num_kv_heads,
+                                  ": both must be >= 1 and num_kv_heads must divide num_heads"));
   }
   if (plan.num_ranks < 1) {
     return InvalidArgument(StrCat("plan: num_ranks = ", plan.num_ranks, ": must be >= 1"));
@@ -92,12 +95,14 @@ Result<AttentionLayout> AttentionLayout::Build(const Plan& plan) {
     const PlanGroup& group = plan.groups[gi];
     const std::string where = StrCat("plan: groups[", gi, "]");
     if (group.ranks.size() != group.members.size()) {
-      problems.push_back(StrCat(where, ": ", group.ranks.size(), " ranks but ", group.members.size(), " members"));
+      problems.push_back(
+          StrCat(where, ": ", group.ranks.size(), " ranks but ", group.members.size(), " members"));
       continue;
     }
     for (const Range& range : group.tokens) {
       if (range.begin < 0 || range.end > plan.seq_len || range.begin > range.end) {
-        problems.push_back(StrCat(where, ".tokens: [", range.begin, ", ", range.end, ") must lie inside [0, ", plan.seq_len, ") with begin <= end"));
+        problems.push_back(StrCat(where, ".tokens: [", range.begin, ", ", range.end,
+                                  ") must lie inside [0, ", plan.seq_len, ") with begin <= end"));
       }
     }
     std::string overlap;
@@ -113,27 +118,33 @@ Result<AttentionLayout> AttentionLayout::Build(const Plan& plan) {
       const PlanMember& member = group.members[mi];
       const std::string mwhere = StrCat(where, ".members[", mi, "]");
       if (member.rank != group.ranks[mi]) {
-        problems.push_back(StrCat(mwhere, ".rank = ", member.rank, ": must equal groups[", gi, "].ranks[", mi, "] = ", group.ranks[mi]));
+        problems.push_back(StrCat(mwhere, ".rank = ", member.rank, ": must equal groups[", gi,
+                                  "].ranks[", mi, "] = ", group.ranks[mi]));
       }
       if (member.rank < 0 || member.rank >= plan.num_ranks) {
-        problems.push_back(StrCat(mwhere, ".rank = ", member.rank, ": must be in [0, ", plan.num_ranks, ")"));
+        problems.push_back(
+            StrCat(mwhere, ".rank = ", member.rank, ": must be in [0, ", plan.num_ranks, ")"));
       } else if (++seen[member.rank] == 2) {
-        problems.push_back(StrCat(mwhere, ".rank = ", member.rank, ": rank appears in more than one place"));
+        problems.push_back(
+            StrCat(mwhere, ".rank = ", member.rank, ": rank appears in more than one place"));
       }
       for (const Range& range : member.tokens) {
         if (range.begin > range.end) {
-          problems.push_back(StrCat(mwhere, ".tokens: [", range.begin, ", ", range.end, ") has begin > end"));
+          problems.push_back(
+              StrCat(mwhere, ".tokens: [", range.begin, ", ", range.end, ") has begin > end"));
         }
         if (range.size() > 0) member_tokens.push_back(range);
       }
       for (size_t hi = 0; hi < member.heads.size(); ++hi) {
         const int head = member.heads[hi];
         if (head < 0 || head >= plan.num_heads) {
-          problems.push_back(StrCat(mwhere, ".heads: head ", head, " is outside [0, ", plan.num_heads, ")"));
+          problems.push_back(
+              StrCat(mwhere, ".heads: head ", head, " is outside [0, ", plan.num_heads, ")"));
           continue;
         }
         if (hi > 0 && head <= member.heads[hi - 1]) {
-          problems.push_back(StrCat(mwhere, ".heads = ", FormatInts(member.heads), ": must be sorted and distinct"));
+          problems.push_back(StrCat(mwhere, ".heads = ", FormatInts(member.heads),
+                                    ": must be sorted and distinct"));
         }
         ++head_count[head];
       }
@@ -143,13 +154,18 @@ Result<AttentionLayout> AttentionLayout::Build(const Plan& plan) {
     if (!member_overlap.empty()) {
       problems.push_back(StrCat(where, ": members' tokens overlap: ", member_overlap));
     } else if (Merge(member_sorted) != Merge(group_sorted)) {
-      problems.push_back(StrCat(where, ": members' tokens ", FormatRanges(Merge(member_sorted)), " do not partition the group's tokens ", FormatRanges(Merge(group_sorted))));
+      problems.push_back(StrCat(where, ": members' tokens ", FormatRanges(Merge(member_sorted)),
+                                " do not partition the group's tokens ",
+                                FormatRanges(Merge(group_sorted))));
     }
     for (int head = 0; head < plan.num_heads; ++head) {
       if (group_size > 0 && head_count[head] != 1) {
-        problems.push_back(StrCat(where, ": query head ", head, " is held by ", head_count[head], " members (must be exactly 1 in a group with tokens)"));
+        problems.push_back(StrCat(where, ": query head ", head, " is held by ", head_count[head],
+                                  " members (must be exactly 1 in a group with tokens)"));
       } else if (group_size == 0 && head_count[head] != 0) {
-        problems.push_back(StrCat(where, ": query head ", head, " is held in a group without tokens (idle members hold no heads)"));
+        problems.push_back(
+            StrCat(where, ": query head ", head,
+                   " is held in a group without tokens (idle members hold no heads)"));
       }
     }
   }
@@ -161,7 +177,8 @@ Result<AttentionLayout> AttentionLayout::Build(const Plan& plan) {
   if (!overlap.empty()) {
     problems.push_back(StrCat("plan: groups' tokens overlap: ", overlap));
   } else if (Merge(all_sorted) != (plan.seq_len > 0 ? Ranges{{0, plan.seq_len}} : Ranges{})) {
-    problems.push_back(StrCat("plan: groups' tokens ", FormatRanges(Merge(all_sorted)), " do not partition [0, ", plan.seq_len, ")"));
+    problems.push_back(StrCat("plan: groups' tokens ", FormatRanges(Merge(all_sorted)),
+                              " do not partition [0, ", plan.seq_len, ")"));
   }
   if (!problems.empty()) {
     std::string message;
@@ -230,7 +247,8 @@ Result<AttentionLayout> AttentionLayout::Build(const Plan& plan) {
       }
     }
     if (m == 0) continue;
-    auto [it, inserted] = by_signature.try_emplace(signature, static_cast<int>(layout.segments.size()));
+    auto [it, inserted] =
+        by_signature.try_emplace(signature, static_cast<int>(layout.segments.size()));
     if (inserted) layout.segments.push_back(KvSegment{{}, signature});
     layout.segments[it->second].kv_heads.push_back(kv);
   }

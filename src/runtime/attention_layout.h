@@ -15,8 +15,8 @@
 namespace hexiseq::runtime {
 
 struct LayoutGroup {
-  int plan_index = 0;               // index in plan.groups
-  std::vector<int> ranks;           // member ranks, in member order
+  int plan_index = 0;      // index in plan.groups
+  std::vector<int> ranks;  // member ranks, in member order
   // Rows of the group's head layout: members' tokens in member order, each member's ranges in
   // the order the plan lists them. positions[row] is the row's global token position.
   std::vector<int64_t> positions;
@@ -30,18 +30,18 @@ struct LayoutGroup {
 // members need all of them. holders[ring_pos] lists those members (indices into the group's
 // members), the first one is the segment's primary in that group.
 struct KvSegment {
-  std::vector<int> kv_heads;                // sorted
-  std::vector<std::vector<int>> holders;    // by ring position
+  std::vector<int> kv_heads;              // sorted
+  std::vector<std::vector<int>> holders;  // by ring position
 };
 
 struct RankRole {
-  int group = 0;            // index into AttentionLayout::groups
-  int member = 0;           // index inside the group
-  int ring_pos = -1;        // position of the group in the ring; -1 for an idle group
-  std::vector<int> heads;   // query heads (sorted)
+  int group = 0;              // index into AttentionLayout::groups
+  int member = 0;             // index inside the group
+  int ring_pos = -1;          // position of the group in the ring; -1 for an idle group
+  std::vector<int> heads;     // query heads (sorted)
   std::vector<int> kv_heads;  // KV heads needed (sorted)
   std::vector<int> segments;  // segments held (ascending)
-  int64_t num_tokens = 0;   // s_r, token-layout rows
+  int64_t num_tokens = 0;     // s_r, token-layout rows
 };
 
 class AttentionLayout {

@@ -110,8 +110,7 @@ Result<AttnCheckReport> RunAttnCheck(const Plan& plan, Comm& world,
   }
   double passed_flag = 1;
   if (rank != 0) {
-    RequestPtr request =
-        world.Isend(payload.data(), payload.size() * sizeof(float), 0, kGatherTag);
+    RequestPtr request = world.Isend(payload.data(), payload.size() * sizeof(float), 0, kGatherTag);
     world.Wait(*request);
   } else {
     const int64_t S = lay.seq_len;
@@ -157,8 +156,8 @@ Result<AttnCheckReport> RunAttnCheck(const Plan& plan, Comm& world,
       }
       return data;
     };
-    const std::vector<float> rq = head_major(kQ, H), rk = head_major(kK, G),
-                             rv = head_major(kV, G), rdo = head_major(kDO, H);
+    const std::vector<float> rq = head_major(kQ, H), rk = head_major(kK, G), rv = head_major(kV, G),
+                             rdo = head_major(kDO, H);
     std::vector<float> ro(H * S * d), rlse(H * S), rdq(H * S * d, 0.0f), rdk(G * S * d, 0.0f),
         rdv(G * S * d, 0.0f);
     AttentionInputs in;

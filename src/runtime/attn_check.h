@@ -25,17 +25,17 @@ struct AttnCheckOptions {
 
 struct ErrorStats {
   std::string name;
-  double max_abs = 0;      // max |a - b|
-  double max_ref = 0;      // max |b|
-  int64_t worst = -1;      // flat index of the largest |a - b|, in the reference's [S][heads][d]
+  double max_abs = 0;  // max |a - b|
+  double max_ref = 0;  // max |b|
+  int64_t worst = -1;  // flat index of the largest |a - b|, in the reference's [S][heads][d]
   double relative() const { return max_ref > 0 ? max_abs / max_ref : max_abs; }
 };
 
 struct AttnCheckReport {
-  bool has_errors = false;        // true on the rank that ran the reference (rank 0)
-  std::vector<ErrorStats> errors; // O, LSE, dQ, dK, dV
-  bool passed = false;            // every relative error <= tolerance (agreed by all ranks)
-  std::vector<PhaseTimes> forward_times;   // by rank (filled on rank 0)
+  bool has_errors = false;                // true on the rank that ran the reference (rank 0)
+  std::vector<ErrorStats> errors;         // O, LSE, dQ, dK, dV
+  bool passed = false;                    // every relative error <= tolerance (agreed by all ranks)
+  std::vector<PhaseTimes> forward_times;  // by rank (filled on rank 0)
   std::vector<PhaseTimes> backward_times;  // by rank (filled on rank 0)
   double reference_seconds = 0;
 };

@@ -119,9 +119,9 @@ class InProcComm final : public Comm {
                  std::span<const int64_t> recv_counts,
                  std::span<const int64_t> recv_displs) override {
     const int n = size();
-    HEXISEQ_CHECK(static_cast<int>(send_counts.size()) == n &&
-                      static_cast<int>(recv_counts.size()) == n,
-                  "Alltoallv count arrays must have one entry per rank");
+    HEXISEQ_CHECK(
+        static_cast<int>(send_counts.size()) == n && static_cast<int>(recv_counts.size()) == n,
+        "Alltoallv count arrays must have one entry per rank");
     std::vector<RequestPtr> requests;
     for (int peer = 0; peer < n; ++peer) {
       requests.push_back(Recv(context_ + 1, recv + recv_displs[peer],

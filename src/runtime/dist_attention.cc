@@ -15,9 +15,8 @@
 #include <map>
 #include <string>
 
-#include "runtime/str_cat.h"
-
 #include "runtime/attention_kernels.h"
+#include "runtime/str_cat.h"
 
 namespace hexiseq::runtime {
 namespace {
@@ -123,10 +122,10 @@ void AddInto(std::vector<float>& target, const std::vector<float>& source) {
 
 struct DistributedAttention::State {
   bool has_forward = false;
-  int64_t n = 0;                         // rows of the group's head layout
+  int64_t n = 0;                          // rows of the group's head layout
   std::vector<float> q, o, lse, d_o, dq;  // [heads][n][d] ([heads][n] for lse)
-  std::vector<Buffer> kv;                // per held segment: [K | V], each [seg heads][n][d]
-  std::vector<Buffer> dkv;               // same shape as kv
+  std::vector<Buffer> kv;                 // per held segment: [K | V], each [seg heads][n][d]
+  std::vector<Buffer> dkv;                // same shape as kv
   // Per held segment: local query-head indices in it, and each one's KV index in the segment.
   std::vector<std::vector<int>> seg_heads;
   std::vector<int> head_seg;     // local head index -> local segment index
@@ -157,19 +156,24 @@ Result<void> CheckPlanAgreement(Comm& comm, const Plan& plan, int head_dim) {
   if (by_hash.size() > 1) {
     std::string parts;
     for (const auto& [hash, ranks] : by_hash) {
-      parts += StrCat(parts.empty() ? "" : "; ", "rank", ranks.size() > 1 ? "s" : "", " ", list(ranks), " loaded plan hash ", Hex(hash));
+      parts += StrCat(parts.empty() ? "" : "; ", "rank", ranks.size() > 1 ? "s" : "", " ",
+                      list(ranks), " loaded plan hash ", Hex(hash));
     }
-    return InvalidArgument(StrCat("plan mismatch across ranks: ", parts, " (hint: give every rank the same plan file)"));
+    return InvalidArgument(StrCat("plan mismatch across ranks: ", parts,
+                                  " (hint: give every rank the same plan file)"));
   }
   if (by_dim.size() > 1) {
     std::string parts;
     for (const auto& [dim, ranks] : by_dim) {
-      parts += StrCat(parts.empty() ? "" : "; ", "rank", ranks.size() > 1 ? "s" : "", " ", list(ranks), " use head_dim ", dim);
+      parts += StrCat(parts.empty() ? "" : "; ", "rank", ranks.size() > 1 ? "s" : "", " ",
+                      list(ranks), " use head_dim ", dim);
     }
     return InvalidArgument(StrCat("head_dim mismatch across ranks: ", parts));
   }
   if (plan.num_ranks != comm.size()) {
-    return InvalidArgument(StrCat("plan: num_ranks = ", plan.num_ranks, " but ", comm.size(), " processes are running (hint: mpirun -np ", plan.num_ranks, ")"));
+    return InvalidArgument(StrCat("plan: num_ranks = ", plan.num_ranks, " but ", comm.size(),
+                                  " processes are running (hint: mpirun -np ", plan.num_ranks,
+                                  ")"));
   }
   return {};
 }
@@ -184,8 +188,8 @@ DistributedAttention::DistributedAttention(AttentionLayout layout, Comm& world, 
 DistributedAttention::~DistributedAttention() = default;
 
 Result<std::unique_ptr<DistributedAttention>> DistributedAttention::Create(const Plan& plan,
-                                                                         Comm& world,
-                                                                         int head_dim) {
+                                                                           Comm& world,
+                                                                           int head_dim) {
   if (auto agreed = CheckPlanAgreement(world, plan, head_dim); !agreed) {
     return std::unexpected(agreed.error());
   }
@@ -201,7 +205,9 @@ Result<std::unique_ptr<DistributedAttention>> DistributedAttention::Create(const
   const int64_t num_segments = static_cast<int64_t>(layout->segments.size());
   const int64_t max_tag = (kNumKinds * num_segments) * std::max(m, 1);
   if (max_tag > world.max_tag()) {
-    return NotSupported(StrCat("plan needs message tags up to ", max_tag, " (", num_segments, " KV segments x ", m, " ring groups) but the transport allows ", world.max_tag()));
+    return NotSupported(StrCat("plan needs message tags up to ", max_tag, " (", num_segments,
+                               " KV segments x ", m, " ring groups) but the transport allows ",
+                               world.max_tag()));
   }
   for (const KvSegment& segment : layout->segments) {
     for (int pos = 0; pos < m; ++pos) {
@@ -209,7 +215,11 @@ Result<std::unique_ptr<DistributedAttention>> DistributedAttention::Create(const
                            static_cast<double>(layout->RingGroup(pos).num_tokens()) * head_dim *
                            sizeof(float);
       if (bytes > static_cast<double>(INT_MAX)) {
-        return NotSupported(StrCat("a K/V block of ", layout->RingGroup(pos).num_tokens(), " tokens x ", segment.kv_heads.size(), " KV heads x head_dim ", head_dim, " is ", static_cast<int64_t>(bytes), " bytes, over the ", INT_MAX, "-byte message limit of the transport (hint: use more groups)"));
+        return NotSupported(StrCat("a K/V block of ", layout->RingGroup(pos).num_tokens(),
+                                   " tokens x ", segment.kv_heads.size(), " KV heads x head_dim ",
+                                   head_dim, " is ", static_cast<int64_t>(bytes),
+                                   " bytes, over the ", INT_MAX,
+                                   "-byte message limit of the transport (hint: use more groups)"));
       }
     }
   }
@@ -243,9 +253,9 @@ Result<std::unique_ptr<DistributedAttention>> DistributedAttention::Create(const
       state.kv_pos.push_back(static_cast<int>(it - kvs.begin()));
     }
   }
-  HEXISEQ_CHECK(state.head_seg.size() == role.heads.size() &&
-                    state.kv_seg.size() == role.kv_heads.size(),
-                "every needed KV head belongs to exactly one held segment");
+  HEXISEQ_CHECK(
+      state.head_seg.size() == role.heads.size() && state.kv_seg.size() == role.kv_heads.size(),
+      "every needed KV head belongs to exactly one held segment");
   return attention;
 }
 
@@ -311,8 +321,8 @@ Result<AttentionOutputs> DistributedAttention::Forward(std::span<const float> q,
     st.q.assign(nh * n * d, 0.0f);
     st.kv.clear();
     for (int seg : role.segments) {
-      st.kv.push_back(std::make_shared<std::vector<float>>(
-          2 * lay.segments[seg].kv_heads.size() * n * d));
+      st.kv.push_back(
+          std::make_shared<std::vector<float>>(2 * lay.segments[seg].kv_heads.size() * n * d));
     }
     for (int member = 0; member < members; ++member) {
       const int64_t offset = group.member_offset[member];
@@ -324,7 +334,8 @@ Result<AttentionOutputs> DistributedAttention::Forward(std::span<const float> q,
       for (int part = 0; part < 2; ++part) {
         for (size_t ki = 0; ki < role.kv_heads.size(); ++ki, in += s_peer * d) {
           const int li = st.kv_seg[ki];
-          const int64_t seg_heads = static_cast<int64_t>(lay.segments[role.segments[li]].kv_heads.size());
+          const int64_t seg_heads =
+              static_cast<int64_t>(lay.segments[role.segments[li]].kv_heads.size());
           float* target = st.kv[li]->data() + ((part * seg_heads + st.kv_pos[ki]) * n + offset) * d;
           std::copy_n(in, s_peer * d, target);
         }
@@ -482,8 +493,7 @@ Result<AttentionGradients> DistributedAttention::Backward(std::span<const float>
   const int64_t H = lay.num_heads;
   const int64_t G = lay.num_kv_heads;
   const int64_t s_me = role.num_tokens;
-  HEXISEQ_CHECK(static_cast<int64_t>(d_o.size()) == s_me * H * d,
-                "d_o must be [s_r][H][head_dim]");
+  HEXISEQ_CHECK(static_cast<int64_t>(d_o.size()) == s_me * H * d, "d_o must be [s_r][H][head_dim]");
   const int64_t n = st.n;
   const int64_t nh = static_cast<int64_t>(role.heads.size());
   const int members = static_cast<int>(group.ranks.size());
@@ -686,9 +696,9 @@ Result<AttentionGradients> DistributedAttention::Backward(std::span<const float>
     for (int member = 0; member < members; ++member) {
       const RankRole& peer = lay.roles[group.ranks[member]];
       send_counts[member] = (nh + 2 * nkv) * peer.num_tokens * d;
-      recv_counts[member] =
-          (static_cast<int64_t>(peer.heads.size()) + 2 * static_cast<int64_t>(peer.kv_heads.size())) *
-          s_me * d;
+      recv_counts[member] = (static_cast<int64_t>(peer.heads.size()) +
+                             2 * static_cast<int64_t>(peer.kv_heads.size())) *
+                            s_me * d;
       send_displs[member] = send_total;
       recv_displs[member] = recv_total;
       send_total += send_counts[member];
@@ -705,7 +715,8 @@ Result<AttentionGradients> DistributedAttention::Backward(std::span<const float>
       for (int part = 0; part < 2; ++part) {
         for (int64_t ki = 0; ki < nkv; ++ki, out += s_peer * d) {
           const int li = st.kv_seg[ki];
-          const int64_t seg_heads = static_cast<int64_t>(lay.segments[role.segments[li]].kv_heads.size());
+          const int64_t seg_heads =
+              static_cast<int64_t>(lay.segments[role.segments[li]].kv_heads.size());
           std::copy_n(st.dkv[li]->data() + ((part * seg_heads + st.kv_pos[ki]) * n + offset) * d,
                       s_peer * d, out);
         }

@@ -30,10 +30,10 @@ Result<void> CheckPlanAgreement(Comm& comm, const Plan& plan, int head_dim = 0);
 
 // Seconds spent per phase by this rank in the last Forward or Backward.
 struct PhaseTimes {
-  double alltoall = 0;     // packing + all-to-all + unpacking, both directions
-  double compute = 0;      // attention kernels
-  double ring_wait = 0;    // blocked waiting for ring / dKV messages
-  double total = 0;        // the whole call
+  double alltoall = 0;         // packing + all-to-all + unpacking, both directions
+  double compute = 0;          // attention kernels
+  double ring_wait = 0;        // blocked waiting for ring / dKV messages
+  double total = 0;            // the whole call
   double ring_bytes_sent = 0;  // bytes this rank sent point-to-point (ring, forwards, dKV)
 };
 

@@ -5,6 +5,7 @@
 // refined by a 1-token coordinate descent. Identical ranks (same device, same node) are
 // interchangeable, so structures equal up to swapping them are scored once.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
 #include <set>
@@ -17,12 +18,13 @@ namespace {
 
 using namespace sched_internal;
 
-constexpr int kExactRefine = 24;          // discrete candidates refined in stage 2
-constexpr int kHeadSplitsPerGroup = 6;    // best head splits (by attention balance) per group
-constexpr int kHeadCombosPerGrouping = 36;
-constexpr int kFullRingOrdersUpTo = 5;    // all cyclic orders for up to this many groups
+constexpr int kExactRefine = 8;          // discrete candidates refined in stage 2
+constexpr int kHeadSplitsPerGroup = 4;    // best head splits (by attention balance) per group
+constexpr int kHeadSlack = 2;             // head counts within this of the proportional share
+constexpr int kHeadCombosPerGrouping = 16;
+constexpr int kFullRingOrdersUpTo = 4;    // all cyclic orders for up to this many groups
 constexpr int kGridSteps = 16;            // sequence grid: 1/16 of S, for up to 3 groups
-constexpr int64_t kExactDescentTrials = 60000;
+constexpr int64_t kExactDescentTrials = 8000;
 
 // Set partitions by restricted growth strings.
 void Partitions(int n, std::vector<int>& label, int index, int blocks,
@@ -39,13 +41,23 @@ void Partitions(int n, std::vector<int>& label, int index, int blocks,
   }
 }
 
-// All compositions of `heads` into members' counts, identical members non-increasing, ranked by
-// the slowest member's attention time; the best `keep`.
+// Head splits of a group: every composition of H whose counts lie within kHeadSlack heads of the
+// attention-proportional share (identical members non-increasing), ranked by the slowest
+// member's attention time; the best `keep`.
 std::vector<std::vector<int>> HeadSplits(const CostModel& model, const std::vector<int>& ranks,
                                          int keep) {
   const int heads = model.model().heads;
   const int m = static_cast<int>(ranks.size());
   const Cluster& cluster = model.cluster();
+  double total_rate = 0;
+  for (int rank : ranks) total_rate += cluster.device(rank).AttentionFlops();
+  std::vector<int> lo(m), hi(m);
+  const int slack = std::max(kHeadSlack, model.model().heads_per_kv());
+  for (int i = 0; i < m; ++i) {
+    const double share = heads * cluster.device(ranks[i]).AttentionFlops() / total_rate;
+    lo[i] = std::max(0, static_cast<int>(std::floor(share)) - slack);
+    hi[i] = std::min(heads, static_cast<int>(std::ceil(share)) + slack);
+  }
   std::vector<std::pair<double, std::vector<int>>> all;
   std::vector<int> h(m, 0);
   auto same = [&](int a, int b) {
@@ -53,8 +65,8 @@ std::vector<std::vector<int>> HeadSplits(const CostModel& model, const std::vect
            cluster.ranks[ranks[a]].node == cluster.ranks[ranks[b]].node;
   };
   auto rec = [&](auto&& self, int i, int left) -> void {
-    if (all.size() > 200000) return;
     if (i == m - 1) {
+      if (left < lo[i] || left > hi[i]) return;
       if (i > 0 && same(i, i - 1) && left > h[i - 1]) return;
       h[i] = left;
       double worst = 0;
@@ -63,8 +75,9 @@ std::vector<std::vector<int>> HeadSplits(const CostModel& model, const std::vect
       all.push_back({worst, h});
       return;
     }
-    const int hi = (i > 0 && same(i, i - 1)) ? std::min(left, h[i - 1]) : left;
-    for (int v = hi; v >= 0; --v) {
+    int top = std::min(left, hi[i]);
+    if (i > 0 && same(i, i - 1)) top = std::min(top, h[i - 1]);
+    for (int v = top; v >= lo[i]; --v) {
       h[i] = v;
       self(self, i + 1, left - v);
     }
@@ -74,6 +87,7 @@ std::vector<std::vector<int>> HeadSplits(const CostModel& model, const std::vect
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<std::vector<int>> out;
   for (size_t i = 0; i < all.size() && static_cast<int>(i) < keep; ++i) out.push_back(all[i].second);
+  if (out.empty()) out.push_back(HeadsByAttention(model, ranks));
   return out;
 }
 
@@ -127,6 +141,7 @@ Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions
   Partitions(n, label, 0, 0, partitions);
 
   std::set<std::string> seen;
+  std::map<std::vector<int>, std::vector<std::vector<int>>> split_cache;
   std::vector<Discrete> pool;
   size_t done = 0;
   for (const auto& partition : partitions) {
@@ -155,7 +170,13 @@ Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions
       }
       // Head splits per block (independent of the order).
       std::vector<std::vector<std::vector<int>>> splits(k);
-      for (int b : active) splits[b] = HeadSplits(model, partition[b], kHeadSplitsPerGroup);
+      for (int b : active) {
+        auto it = split_cache.find(partition[b]);
+        if (it == split_cache.end())
+          it = split_cache.emplace(partition[b], HeadSplits(model, partition[b], kHeadSplitsPerGroup))
+                   .first;
+        splits[b] = it->second;
+      }
       for (const std::vector<int>& order : orders) {
         Structure s;
         for (int b : order) s.groups.push_back(partition[b]);
@@ -168,8 +189,7 @@ Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions
           const std::string sig = Signature(cluster, s, h);
           if (seen.insert(sig).second) {
             const std::vector<int64_t> by_rate = LargestRemainder(seq, RateWeights(model, s));
-            std::vector<int64_t> tokens = BalanceTokens(model, s, by_rate, 1);
-            PlanState st(model, WithHeads(MakeLayout(model, s, tokens), h));
+            PlanState st(model, WithHeads(MakeLayout(model, s, by_rate), h));
             pool.push_back({s, h, st.score(), ""});
           }
           size_t pos = 0;

@@ -19,6 +19,8 @@ constexpr int kBalanceRounds = 2;          // re-fits of the per-group time mode
 constexpr double kMemoryCapMargin = 0.98;  // memory-capped allocation aims at 98% of capacity
 constexpr int kStructurePasses = 2;        // coordinate passes over per-kind group sizes ...
 constexpr int kTwoPassesUpTo = 64;         // ... on clusters of at most this many ranks
+constexpr size_t kInfeasibleSeeds = 4;       // fast infeasible candidates also refined
+constexpr double kInfeasibleSeedFraction = 2.0;  // ... when within 2x of memory capacity
 constexpr int kClassEvaluations = 120;    // full re-scorings per candidate in ClassSearch ...
 constexpr int kClassSearchUpTo = 64;       // ... on clusters of at most this many ranks
 constexpr int kWidePoliciesUpTo = 256;     // sqrt-compute allocation up to this many ranks
@@ -486,7 +488,26 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
 
   // ---- 3. Refinement of the best K.
   const int top_k = std::max(1, quick ? 1 : options.top_k);
-  const std::vector<const Scored*> top = pool.Top(top_k);
+  std::vector<const Scored*> top = pool.Top(top_k);
+  // Infeasible candidates that are fast may become feasible under the descent (it lowers memory
+  // first): refine the fastest few of them too.
+  if (!quick) {
+    std::vector<const Scored*> fast;
+    for (const Scored& s : pool.items())
+      if (!s.score.feasible && s.max_memory_fraction < kInfeasibleSeedFraction) fast.push_back(&s);
+    std::stable_sort(fast.begin(), fast.end(), [](const Scored* a, const Scored* b) {
+      return a->seconds < b->seconds;
+    });
+    // One per group structure (the name before " seq="), so different structures get a chance.
+    std::vector<std::string> structures;
+    for (const Scored* s : fast) {
+      if (structures.size() >= kInfeasibleSeeds) break;
+      const std::string structure = s->name.substr(0, s->name.find(" seq="));
+      if (std::find(structures.begin(), structures.end(), structure) != structures.end()) continue;
+      structures.push_back(structure);
+      if (std::find(top.begin(), top.end(), s) == top.end()) top.push_back(s);
+    }
+  }
   int num_groups = 0;
   for (const Scored* s : top) num_groups = std::max<int>(num_groups, s->layout.size());
   const int64_t trials =

@@ -53,7 +53,10 @@ Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOpt
   for (double h : graph.head_seconds) out.head_seconds = std::max(out.head_seconds, h);
   const double busy = batch * (scale * out.layer_seconds + out.head_seconds);
   out.grad_bucket_seconds = Seconds(sync_run.makespan_ns);
-  out.grad_sync_total_seconds = model.layers * out.grad_bucket_seconds;
+  // ZeRO-3 gathers weights and reduce-scatters gradients for every sequence of the batch; lower
+  // stages accumulate locally and synchronise once per iteration (as the cost model).
+  const double sync_rounds = workload.zero_stage >= 3 ? batch : 1.0;
+  out.grad_sync_total_seconds = sync_rounds * model.layers * out.grad_bucket_seconds;
   out.grad_sync_exposed_seconds =
       std::max(out.grad_bucket_seconds, out.grad_sync_total_seconds - busy);
   if (num_ranks <= 1) out.grad_sync_exposed_seconds = 0;
@@ -83,10 +86,10 @@ Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOpt
     const RankStats& ss = sync_run.ranks[rank];
     r.busy_seconds = batch * (scale * Seconds(ls.busy_ns) + graph.head_seconds[rank]);
     r.idle_seconds = std::max(0.0, out.iteration_seconds - r.busy_seconds);
-    r.comm_seconds = batch * scale * Seconds(ls.comm_ns) + model.layers * Seconds(ss.comm_ns);
-    r.exposed_comm_seconds =
-        batch * scale * Seconds(ls.comm_exposed_ns) +
-        std::min(out.grad_sync_exposed_seconds, model.layers * Seconds(ss.comm_ns));
+    const double sync_comm = sync_rounds * model.layers * Seconds(ss.comm_ns);
+    r.comm_seconds = batch * scale * Seconds(ls.comm_ns) + sync_comm;
+    r.exposed_comm_seconds = batch * scale * Seconds(ls.comm_exposed_ns) +
+                             std::min(out.grad_sync_exposed_seconds, sync_comm);
     out.ranks.push_back(r);
   }
 

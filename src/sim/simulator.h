@@ -6,7 +6,8 @@
 // with every message and attention block; the iteration is
 //   batch x (layers / explicit_layers x T_layers + T_lm_head) + exposed gradient sync,
 // where the gradient sync of one layer's bucket is simulated as a ring over all ranks and the
-// whole sync (layers x bucket) overlaps the iteration except its last bucket. Sequences of a
+// whole sync (layers x bucket, per sequence under ZeRO-3) overlaps the iteration except its last
+// bucket. Sequences of a
 // batch run one after another. Memory feasibility comes from the cost model's memory figures
 // (the simulator does not model allocation).
 #pragma once

@@ -1,8 +1,10 @@
 // Multi-process check of the distributed attention under mpirun (label `mpi`): for the world
 // size N, random valid plans with prime lengths, the ring / Ulysses / USP shapes with N ranks,
 // and a plan mismatch (the last rank loads a different plan; every rank must get the error, no
-// hang). Exit 0 when every case matches the naive reference within 1e-5 relative.
+// hang). Usage: mpi_attention_check [seed]. Exit 0 when every case matches the naive reference
+// within 1e-5 relative.
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 
@@ -50,7 +52,9 @@ int main(int argc, char** argv) {
   {
     std::unique_ptr<Comm> world = MpiWorldComm();
     const int n = world->size();
-    std::mt19937_64 rng(1000 + n);
+    // argv[1]: optional seed (stress runs); default fixed per world size.
+    const uint64_t seed = argc > 1 ? std::strtoull(argv[1], nullptr, 10) : 1000;
+    std::mt19937_64 rng(seed + n);
     const int64_t primes[] = {7, 61, 127, 251, 509};
     const std::pair<int, int> heads[] = {{4, 1}, {4, 2}, {6, 3}, {8, 2}, {8, 8}};
     for (int trial = 0; trial < 6; ++trial) {
@@ -71,13 +75,15 @@ int main(int argc, char** argv) {
     if (n >= 2) {
       // The last rank loads a plan with two members' heads swapped.
       Plan plan = testing::UlyssesPlan(n, 64, 2 * n, 1);
-      if (world->rank() == n - 1) std::swap(plan.groups[0].members[0].heads, plan.groups[0].members[1].heads);
+      if (world->rank() == n - 1)
+        std::swap(plan.groups[0].members[0].heads, plan.groups[0].members[1].heads);
       AttnCheckOptions options;
       auto report = RunAttnCheck(plan, *world, options);
-      const bool ok = !report && report.error().message.find("plan mismatch across ranks") !=
-                                     std::string::npos &&
-                      report.error().message.find("rank " + std::to_string(n - 1) +
-                                                  " loaded plan hash") != std::string::npos;
+      const bool ok =
+          !report &&
+          report.error().message.find("plan mismatch across ranks") != std::string::npos &&
+          report.error().message.find("rank " + std::to_string(n - 1) + " loaded plan hash") !=
+              std::string::npos;
       if (!ok) {
         std::fprintf(stderr, "FAIL rank %d: plan mismatch not reported as expected%s%s\n",
                      world->rank(), report ? "" : ": ",

@@ -38,14 +38,15 @@ struct Problem {
   }
 };
 
-Problem MakeProblem(std::mt19937_64& rng, int64_t nq, int64_t nk, int d, int q_heads,
-                    int kv_heads, bool shuffle_positions) {
+Problem MakeProblem(std::mt19937_64& rng, int64_t nq, int64_t nk, int d, int q_heads, int kv_heads,
+                    bool shuffle_positions) {
   Problem p;
   p.d = d;
   p.q_heads = q_heads;
   p.kv_heads = kv_heads;
   std::uniform_int_distribution<int64_t> pos(0, 3 * std::max(nq, nk));
-  for (int64_t row = 0; row < nq; ++row) p.q_pos.push_back(shuffle_positions ? pos(rng) : row + nk / 2);
+  for (int64_t row = 0; row < nq; ++row)
+    p.q_pos.push_back(shuffle_positions ? pos(rng) : row + nk / 2);
   for (int64_t row = 0; row < nk; ++row) p.k_pos.push_back(shuffle_positions ? pos(rng) : row);
   std::uniform_real_distribution<float> value(-1.0f, 1.0f);
   auto fill = [&](std::vector<float>& data, int64_t count) {
@@ -129,9 +130,8 @@ TEST(AttentionKernels, MatchesReferenceOnRandomShapes) {
     int64_t nq, nk;
     int d, q_heads, kv_heads;
     bool shuffle;
-  } cases[] = {{1, 1, 8, 1, 1, false},     {127, 131, 16, 4, 2, false},
-               {257, 300, 32, 2, 1, false}, {300, 257, 24, 3, 3, true},
-               {61, 389, 64, 4, 1, true},   {401, 53, 8, 6, 2, true}};
+  } cases[] = {{1, 1, 8, 1, 1, false},     {127, 131, 16, 4, 2, false}, {257, 300, 32, 2, 1, false},
+               {300, 257, 24, 3, 3, true}, {61, 389, 64, 4, 1, true},   {401, 53, 8, 6, 2, true}};
   for (const auto& c : cases) {
     SCOPED_TRACE(::testing::Message() << "nq=" << c.nq << " nk=" << c.nk << " d=" << c.d);
     const Problem p = MakeProblem(rng, c.nq, c.nk, c.d, c.q_heads, c.kv_heads, c.shuffle);
@@ -142,7 +142,7 @@ TEST(AttentionKernels, MatchesReferenceOnRandomShapes) {
 TEST(AttentionKernels, FullyMaskedRowsGiveZeroOutputAndMinusInfLse) {
   std::mt19937_64 rng(3);
   Problem p = MakeProblem(rng, 200, 150, 16, 2, 1, false);
-  for (int64_t row = 0; row < 200; ++row) p.q_pos[row] = row;         // queries 0..199
+  for (int64_t row = 0; row < 200; ++row) p.q_pos[row] = row;        // queries 0..199
   for (int64_t row = 0; row < 150; ++row) p.k_pos[row] = 100 + row;  // keys 100..249
   const Outputs got = RunBoth(p, false);
   const Outputs want = RunBoth(p, true);
@@ -179,7 +179,8 @@ TEST(AttentionKernels, AccumulatingKeyBlocksInAnyOrderEqualsOnePass) {
     std::fill(lse.begin(), lse.end(), -INFINITY);
     for (int block : order) {
       AttentionInputs in = whole.Inputs();
-      in.k_positions = std::span<const int64_t>(whole.k_pos).subspan(cuts[block], cuts[block + 1] - cuts[block]);
+      in.k_positions =
+          std::span<const int64_t>(whole.k_pos).subspan(cuts[block], cuts[block + 1] - cuts[block]);
       in.k = {whole.k.data() + cuts[block] * d};
       in.v = {whole.v.data() + cuts[block] * d};
       ForwardOutputs fo{{o.data(), o.data() + nq * d}, {lse.data(), lse.data() + nq}};
@@ -199,12 +200,9 @@ TEST(AttentionKernels, AccumulatingKeyBlocksInAnyOrderEqualsOnePass) {
     in.k_positions = std::span<const int64_t>(whole.k_pos).subspan(begin, size);
     in.k = {whole.k.data() + begin * d};
     in.v = {whole.v.data() + begin * d};
-    BackwardArgs args{{o.data(), o.data() + nq * d},
-                      {whole.d_o.data(), whole.d_o.data() + nq * d},
-                      {lse.data(), lse.data() + nq},
-                      {dq.data(), dq.data() + nq * d},
-                      {dk.data() + begin * d},
-                      {dv.data() + begin * d}};
+    BackwardArgs args{{o.data(), o.data() + nq * d}, {whole.d_o.data(), whole.d_o.data() + nq * d},
+                      {lse.data(), lse.data() + nq}, {dq.data(), dq.data() + nq * d},
+                      {dk.data() + begin * d},       {dv.data() + begin * d}};
     AttentionBackward(in, args);
   }
   ExpectClose(dq, want.dq, 2e-6, "dQ");

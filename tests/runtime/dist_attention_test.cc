@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <mutex>
 #include <random>
 
@@ -78,8 +79,8 @@ TEST(DistributedAttention, BaselineShapes) {
   ExpectExact(RingPlan(3, 127, 4, 1, false));
   ExpectExact(RingPlan(5, 7, 2, 1, true));  // some ranks get no tokens
   ExpectExact(UlyssesPlan(4, 131, 8, 2));
-  ExpectExact(UlyssesPlan(4, 97, 6, 3));    // uneven heads: 1, 2, 1, 2
-  ExpectExact(UlyssesPlan(8, 101, 8, 2));   // HP degree > KV heads: KV heads replicated
+  ExpectExact(UlyssesPlan(4, 97, 6, 3));   // uneven heads: 1, 2, 1, 2
+  ExpectExact(UlyssesPlan(8, 101, 8, 2));  // HP degree > KV heads: KV heads replicated
   ExpectExact(UspPlan(2, 2, 257, 8, 4));
   ExpectExact(UspPlan(2, 3, 193, 6, 2));
   ExpectExact(UspPlan(4, 2, 211, 4, 4));
@@ -146,12 +147,12 @@ TEST(AttentionLayout, SegmentsAreTheCommonRefinementOfHeadPartitions) {
   EXPECT_EQ(layout->segments[1].holders[0], (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(layout->PrimaryRank(0, 2), 4);
   EXPECT_TRUE(layout->roles[1].segments.empty());  // tokens, no heads
-  EXPECT_EQ(layout->roles[6].ring_pos, -1);          // idle
+  EXPECT_EQ(layout->roles[6].ring_pos, -1);        // idle
   // Causality: c (tokens 40..99) does not need b (100..149); a needs everyone.
   EXPECT_FALSE(layout->needs[2][1]);
   EXPECT_TRUE(layout->needs[0][1]);
-  EXPECT_EQ(layout->Chain(1), std::vector<int>{0});      // b -> a only (c skipped)
-  EXPECT_EQ(layout->Chain(2), (std::vector<int>{0, 1})); // c -> a -> b
+  EXPECT_EQ(layout->Chain(1), std::vector<int>{0});       // b -> a only (c skipped)
+  EXPECT_EQ(layout->Chain(2), (std::vector<int>{0, 1}));  // c -> a -> b
 }
 
 TEST(AttentionLayout, RejectsPlansTheRuntimeCannotExecute) {
@@ -251,6 +252,49 @@ TEST(DistributedAttention, InvalidPlanIsAnErrorOnEveryRank) {
     EXPECT_NE(attention.error().message.find("head 2 is missing"), std::string::npos)
         << attention.error().message;
   });
+}
+
+TEST(DistributedAttention, RepeatedStepsGiveTheSameResults) {
+  // Tags and buffers are reused across calls (layers, steps): a second forward + backward on the
+  // same object must match the first.
+  std::mt19937_64 rng(77);
+  RandomPlanOptions options;
+  options.num_ranks = 6;
+  options.seq_len = 211;
+  const Plan plan = RandomPlan(rng, options);
+  const Plan asym = AsymmetricPlan();
+  for (const Plan* p : {&plan, &asym}) {
+    RunInProcess(p->num_ranks, [&](Comm& comm) {
+      const int d = 8;
+      auto attention = DistributedAttention::Create(*p, comm, d);
+      ASSERT_TRUE(attention) << attention.error().message;
+      const int64_t s = (*attention)->num_tokens();
+      std::vector<float> q(s * p->num_heads * d), kv(s * p->num_kv_heads * d);
+      for (size_t index = 0; index < q.size(); ++index) q[index] = std::sin(0.1f * index);
+      for (size_t index = 0; index < kv.size(); ++index) kv[index] = std::cos(0.3f * index);
+      std::vector<std::vector<float>> first;
+      for (int step = 0; step < 3; ++step) {
+        auto out = (*attention)->Forward(q, kv, kv);
+        ASSERT_TRUE(out);
+        auto grads = (*attention)->Backward(out->o);
+        ASSERT_TRUE(grads);
+        std::vector<std::vector<float>> all = {out->o, out->lse, grads->dq, grads->dk, grads->dv};
+        if (step == 0) {
+          first = all;
+          continue;
+        }
+        for (size_t part = 0; part < all.size(); ++part) {
+          ASSERT_EQ(all[part].size(), first[part].size());
+          for (size_t index = 0; index < all[part].size(); ++index) {
+            // Arrival order may change the merge order: equal up to rounding.
+            ASSERT_NEAR(all[part][index], first[part][index],
+                        1e-5 * (1 + std::abs(first[part][index])))
+                << "step " << step << " part " << part << " index " << index;
+          }
+        }
+      }
+    });
+  }
 }
 
 TEST(DistributedAttention, BackwardBeforeForwardIsAnError) {

@@ -104,8 +104,9 @@ Plan RandomPlan(std::mt19937_64& rng, const RandomPlanOptions& options) {
   std::vector<Ranges> group_tokens(num_groups);
   std::vector<int> chunk_owner(num_chunks);
   for (int64_t chunk = 0; chunk < num_chunks; ++chunk) {
-    chunk_owner[chunk] = chunk < t ? token_groups[chunk]
-                                   : token_groups[std::uniform_int_distribution<int>(0, t - 1)(rng)];
+    chunk_owner[chunk] = chunk < t
+                             ? token_groups[chunk]
+                             : token_groups[std::uniform_int_distribution<int>(0, t - 1)(rng)];
   }
   std::shuffle(chunk_owner.begin(), chunk_owner.end(), rng);
   for (int64_t chunk = 0; chunk < num_chunks; ++chunk) {
@@ -116,7 +117,8 @@ Plan RandomPlan(std::mt19937_64& rng, const RandomPlanOptions& options) {
   std::bernoulli_distribution zero_tokens(options.zero_token_probability);
   for (int group = 0; group < num_groups; ++group) {
     PlanGroup plan_group;
-    plan_group.ranks.assign(ranks.begin() + group_cuts[group], ranks.begin() + group_cuts[group + 1]);
+    plan_group.ranks.assign(ranks.begin() + group_cuts[group],
+                            ranks.begin() + group_cuts[group + 1]);
     const int members = static_cast<int>(plan_group.ranks.size());
     plan_group.tokens = MergeSorted(group_tokens[group]);
     std::vector<Ranges> member_tokens(members);
@@ -130,14 +132,15 @@ Plan RandomPlan(std::mt19937_64& rng, const RandomPlanOptions& options) {
         if (!zero_tokens(rng)) takers.push_back(member);
       }
       if (takers.empty()) takers.push_back(std::uniform_int_distribution<int>(0, members - 1)(rng));
-      const int64_t pieces = std::uniform_int_distribution<int64_t>(
-          1, 2 * static_cast<int64_t>(takers.size()))(rng);
+      const int64_t pieces =
+          std::uniform_int_distribution<int64_t>(1, 2 * static_cast<int64_t>(takers.size()))(rng);
       const std::vector<int64_t> cuts = Cuts(rng, total, pieces - 1);
       std::vector<int> owner(cuts.size() - 1);
       for (size_t piece = 0; piece < owner.size(); ++piece) {
-        owner[piece] = piece < takers.size()
-                           ? takers[piece]
-                           : takers[std::uniform_int_distribution<size_t>(0, takers.size() - 1)(rng)];
+        owner[piece] =
+            piece < takers.size()
+                ? takers[piece]
+                : takers[std::uniform_int_distribution<size_t>(0, takers.size() - 1)(rng)];
       }
       std::shuffle(owner.begin(), owner.end(), rng);
       for (size_t piece = 0; piece < owner.size(); ++piece) {
@@ -149,7 +152,8 @@ Plan RandomPlan(std::mt19937_64& rng, const RandomPlanOptions& options) {
       const int per_kv = options.num_heads / options.num_kv_heads;
       std::uniform_int_distribution<int> any_member(0, members - 1);
       if (head_mode == 0) {
-        for (int head = 0; head < options.num_heads; ++head) member_heads[any_member(rng)].push_back(head);
+        for (int head = 0; head < options.num_heads; ++head)
+          member_heads[any_member(rng)].push_back(head);
       } else if (head_mode == 1) {
         const std::vector<int64_t> head_cuts = Cuts(rng, options.num_heads, members - 1);
         for (size_t block = 0; block + 1 < head_cuts.size(); ++block) {
@@ -168,9 +172,8 @@ Plan RandomPlan(std::mt19937_64& rng, const RandomPlanOptions& options) {
       }
     }
     for (int member = 0; member < members; ++member) {
-      plan_group.members.push_back(Member(plan_group.ranks[member],
-                                          MergeSorted(member_tokens[member]),
-                                          member_heads[member]));
+      plan_group.members.push_back(Member(
+          plan_group.ranks[member], MergeSorted(member_tokens[member]), member_heads[member]));
     }
     plan.groups.push_back(std::move(plan_group));
   }
@@ -187,7 +190,8 @@ Plan RingPlan(int num_ranks, int64_t seq_len, int num_heads, int num_kv_heads, b
   std::iota(all_heads.begin(), all_heads.end(), 0);
   for (int rank = 0; rank < num_ranks; ++rank) {
     Ranges tokens;
-    for (Range range : zigzag ? Ranges{chunk(rank), chunk(chunks - 1 - rank)} : Ranges{chunk(rank)}) {
+    for (Range range :
+         zigzag ? Ranges{chunk(rank), chunk(chunks - 1 - rank)} : Ranges{chunk(rank)}) {
       if (range.size() > 0) tokens.push_back(range);
     }
     tokens = MergeSorted(tokens);

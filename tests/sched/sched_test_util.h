@@ -1,6 +1,7 @@
 // Random and fixed clusters for the scheduler's tests and benches.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <string>

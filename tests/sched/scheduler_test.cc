@@ -175,7 +175,7 @@ TEST(Schedule, TimeLimitStillReturnsAValidPlan) {
 
 TEST(Infeasible, ExplainsRankNeedAndSmallestChange) {
   Cluster cluster = MakeCluster({Device("A100-40G")}, {1}, 8, 25e9);
-  CostModel model(cluster, Model("llama3-8b"), Work(int64_t{256} << 10, Recompute::kNone));
+  CostModel model(cluster, Model("llama3-8b"), Work(int64_t{128} << 10, Recompute::kNone));
   auto r = Schedule(model);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::kInfeasible);

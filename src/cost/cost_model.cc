@@ -173,7 +173,11 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
     const std::vector<int> after = Primaries(next, num_heads, num_kv);
     const double per_kv_in = (seq - group_tokens) * KvBytesPerTokenPerKvHead();
     const double per_kv_out = (seq - TotalTokens(next.tokens)) * KvBytesPerTokenPerKvHead();
-    std::vector<int> index_of_rank;  // member index by rank, local map
+    // K - 1 messages per KV head and link, each paying the link latency.
+    auto ring_seconds = [&](int a, int b, double bytes) {
+      return a == b || bytes <= 0 ? 0.0
+                                  : (steps - 1) * cluster_.Latency(a, b) + bytes / cluster_.Bandwidth(a, b);
+    };
     auto member_index = [&](int rank) {
       for (size_t i = 0; i < m; ++i)
         if (group.members[i].rank == rank) return static_cast<int>(i);
@@ -183,12 +187,12 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
       if (mine[g] < 0) continue;
       const int p = member_index(mine[g]);
       if (before[g] >= 0) {
-        ring_recv[p] += TransferSeconds(before[g], mine[g], per_kv_in);
+        ring_recv[p] += ring_seconds(before[g], mine[g], per_kv_in);
         ring_chain[p] += (steps - 1) * TransferSeconds(before[g], mine[g],
                                                        ring.max_group_tokens *
                                                            KvBytesPerTokenPerKvHead());
       }
-      if (after[g] >= 0) ring_send[p] += TransferSeconds(mine[g], after[g], per_kv_out);
+      if (after[g] >= 0) ring_send[p] += ring_seconds(mine[g], after[g], per_kv_out);
       // Replicas: other members needing KV head g get it from the primary over group links.
       for (size_t i = 0; i < m; ++i) {
         if (static_cast<int>(i) == p) continue;
@@ -197,7 +201,7 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
           return KvHeadOf(head, num_heads, num_kv) == g;
         });
         if (!needs) continue;
-        const double t = TransferSeconds(mine[g], group.members[i].rank, per_kv_in);
+        const double t = ring_seconds(mine[g], group.members[i].rank, per_kv_in);
         ring_send[p] += t;
         ring_recv[i] += t;
       }

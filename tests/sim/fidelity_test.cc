@@ -109,7 +109,7 @@ std::vector<FidelityCase> ContentionFreeCases() {
 TEST(Fidelity, ContentionFreeRandomPlansAgreeWithin5PercentAndRankTheSame) {
   int seed = 1;
   for (const FidelityCase& c : ContentionFreeCases()) {
-    const FidelityStats stats = RunCase(c, 12, seed++, /*equal_blocks=*/true, 0.15);
+    const FidelityStats stats = RunCase(c, 24, seed++, /*equal_blocks=*/true, 0.15);
     EXPECT_LE(stats.mean_error, 0.05) << c.name << ": " << stats.worst_term;
     EXPECT_LE(std::abs(stats.max_error), 0.10) << c.name << ": " << stats.worst_term;
     EXPECT_GE(stats.tau, 0.8) << c.name;

@@ -210,3 +210,51 @@ TEST(Cli, CorruptedPlansFailWithTheRightMessage) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(CliSimulate, TableJsonAndPerfettoTrace) {
+  const std::string cluster = Write("c.yaml", kGoodCluster);
+  const std::string plan = TempDir() + "/sim_plan.json";
+  ASSERT_EQ(Hexiseq(PlanArgs(cluster, "--format json -o " + plan)).code, 0);
+  const std::string trace = TempDir() + "/trace.json";
+  CmdResult r = Hexiseq("simulate --plan " + plan + " --cluster " + cluster +
+                        " --model llama3-8b --format json --trace " + trace);
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_GT(j["iteration_seconds"].get<double>(), 0);
+  EXPECT_GT(j["tokens_per_second"].get<double>(), 0);
+  EXPECT_EQ(j["ranks"].size(), 8u);
+  // Chrome trace-event JSON: complete events with pid (node), tid (rank), ts and dur in us.
+  const auto t = nlohmann::json::parse(Slurp(trace));
+  const auto& events = t.is_array() ? t : t["traceEvents"];
+  ASSERT_FALSE(events.empty());
+  int complete = 0;
+  for (const auto& e : events) {
+    if (e.value("ph", "") != "X") continue;
+    ++complete;
+    EXPECT_TRUE(e.contains("pid") && e.contains("tid") && e.contains("ts") && e.contains("dur") &&
+                e.contains("name"));
+    EXPECT_GE(e["dur"].get<double>(), 0);
+  }
+  EXPECT_GT(complete, 0);
+  // The same input gives byte-identical output.
+  CmdResult again = Hexiseq("simulate --plan " + plan + " --cluster " + cluster +
+                            " --model llama3-8b --format json");
+  EXPECT_EQ(again.out, r.out);
+}
+
+TEST(CliSimulate, BadPlanAndMismatchedClusterAreBadInput) {
+  const std::string cluster = Write("c.yaml", kGoodCluster);
+  ExpectBadInput(Hexiseq("simulate --plan " + Write("junk.json", "{]") + " --cluster " + cluster +
+                         " --model llama3-8b"),
+                 {"junk.json", "not valid JSON"});
+  const std::string plan = TempDir() + "/sim_plan2.json";
+  ASSERT_EQ(Hexiseq(PlanArgs(cluster, "--format json -o " + plan)).code, 0);
+  const std::string six =
+      Write("six.yaml", "nodes:\n  - gpu: H100-SXM\n    count: 1\n    gpus_per_node: 6\n");
+  ExpectBadInput(Hexiseq("simulate --plan " + plan + " --cluster " + six + " --model llama3-8b"),
+                 {"num_ranks = 8", "6 ranks"});
+}
+
+}  // namespace

@@ -25,6 +25,14 @@ using hexiseq::testing::UspPlan;
 
 constexpr double kTolerance = 1e-5;
 
+// Ranks are threads here: keep OpenBLAS single-threaded like one MPI rank per core.
+class OneBlasThread : public ::testing::Environment {
+ public:
+  void SetUp() override { SetBlasThreads(1); }
+};
+const ::testing::Environment* const kOneBlasThread =
+    ::testing::AddGlobalTestEnvironment(new OneBlasThread);
+
 std::string Describe(const Plan& plan) {
   std::string text = "S=" + std::to_string(plan.seq_len) + " H=" + std::to_string(plan.num_heads) +
                      " G=" + std::to_string(plan.num_kv_heads) + "\n" + PlanToJson(plan, -1);

@@ -30,10 +30,12 @@ void PrintTable(const Plan& plan, const AttnCheckFlags& flags,
               ", H = %d, G = %d, head_dim = %d, seed = %" PRIu64 "\n\n",
               flags.plan.c_str(), plan.num_ranks, plan.seq_len, plan.num_heads, plan.num_kv_heads,
               flags.head_dim, flags.seed);
-  std::printf("%-6s %14s %14s %14s\n", "tensor", "max_abs_err", "max_abs_ref", "rel_err");
+  std::printf("%-6s %14s %14s %14s   %s\n", "tensor", "max_abs_err", "max_abs_ref", "rel_err",
+              "worst at (position, head, dim)");
   for (const runtime::ErrorStats& stats : report.errors) {
-    std::printf("%-6s %14.3e %14.3e %14.3e\n", stats.name.c_str(), stats.max_abs, stats.max_ref,
-                stats.relative());
+    std::printf("%-6s %14.3e %14.3e %14.3e   (%lld, %d, %d)\n", stats.name.c_str(), stats.max_abs,
+                stats.max_ref, stats.relative(), static_cast<long long>(stats.worst_position),
+                stats.worst_head, stats.worst_dim);
   }
   std::printf(
       "\nrel_err = max|distributed - reference| / max|reference| per tensor; "

@@ -206,6 +206,17 @@ Result<AttnCheckReport> RunAttnCheck(const Plan& plan, Comm& world,
         }
       }
     }
+    auto locate = [](ErrorStats& stats, int64_t heads, int64_t width) {
+      if (stats.worst < 0) return;
+      stats.worst_position = stats.worst / (heads * width);
+      stats.worst_head = static_cast<int>(stats.worst / width % heads);
+      stats.worst_dim = static_cast<int>(stats.worst % width);
+    };
+    locate(eo, H, d);
+    locate(else_, H, 1);
+    locate(edq, H, d);
+    locate(edk, G, d);
+    locate(edv, G, d);
     report.errors = {eo, else_, edq, edk, edv};
     report.has_errors = true;
     for (const ErrorStats& stats : report.errors) {

@@ -27,7 +27,11 @@ struct ErrorStats {
   std::string name;
   double max_abs = 0;  // max |a - b|
   double max_ref = 0;  // max |b|
-  int64_t worst = -1;  // flat index of the largest |a - b|, in the reference's [S][heads][d]
+  int64_t worst = -1;  // flat index of the first largest |a - b| in token layout [S][heads][d]
+  // The same place as (global position, head, dim); dim is 0 for LSE. -1 when nothing compared.
+  int64_t worst_position = -1;
+  int worst_head = -1;
+  int worst_dim = -1;
   double relative() const { return max_ref > 0 ? max_abs / max_ref : max_abs; }
 };
 

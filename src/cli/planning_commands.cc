@@ -50,13 +50,15 @@ class ProgressBar {
 };
 
 Result<StrategyResult> RunStrategy(const CostModel& model, const std::string& name,
-                                   const PlanFlags& flags) {
+                                   const PlanFlags& flags,
+                                   std::vector<CandidateRecord>* candidates = nullptr) {
   if (name == "hexiseq" || name == "exact") {
     ProgressBar bar;
     ScheduleOptions options;
     options.time_limit_seconds = flags.time_limit;
     options.threads = flags.threads;
     options.progress = [&bar](double fraction) { bar.Update(fraction); };
+    options.candidates = candidates;
     return name == "exact" ? ExactSearch(model, options) : Schedule(model, options);
   }
   if (name == "ring") return RingBaseline(model);
@@ -101,7 +103,8 @@ std::string PlanSummary(const Plan& plan, const CostModel& model, const PlanCost
 int RunPlan(const PlanFlags& f) {
   auto model = LoadInputs(f.in);
   if (!model) return ReportError(model.error());
-  auto result = RunStrategy(**model, f.strategy, f);
+  std::vector<CandidateRecord> candidates;
+  auto result = RunStrategy(**model, f.strategy, f, &candidates);
   if (!result) return ReportError(result.error());
   if (!result->applicable)
     return ReportError(Error{ErrorCode::kNotSupported,
@@ -116,6 +119,18 @@ int RunPlan(const PlanFlags& f) {
   std::string text = f.format == "json"
                          ? PlanToJson(result->plan)
                          : PlanSummary(result->plan, **model, result->cost);
+  if (f.format != "json" && !candidates.empty()) {  // the table behind the decision
+    std::vector<std::vector<std::string>> rows = {
+        {"candidate", "feasible", "predicted s", "refined s", "max mem"}};
+    for (size_t i = 0; i < candidates.size() && i < 12; ++i) {
+      const CandidateRecord& c = candidates[i];
+      rows.push_back({c.name, c.feasible ? "yes" : "no", Fixed(c.iteration_seconds, 3),
+                      c.refined_seconds > 0 ? Fixed(c.refined_seconds, 3) : "-",
+                      Percent(c.max_memory_fraction)});
+    }
+    text += "\ncandidates (best first, " + std::to_string(candidates.size()) + " scored):\n" +
+            FormatTable(rows);
+  }
   if (!f.output.empty()) {
     if (auto r = SavePlan(result->plan, f.output); !r) return ReportError(r.error());
     std::fprintf(stderr, "wrote %s\n", f.output.c_str());

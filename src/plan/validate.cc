@@ -67,7 +67,6 @@ void CheckPartition(const Ranges& whole, const std::vector<std::pair<std::string
   for (const Piece& p : pieces) covered.push_back({p.begin, p.end});
   covered = Normalize(covered);
   const Ranges want = Normalize(whole);
-  size_t ci = 0;
   for (const Range& w : want) {
     int64_t pos = w.begin;
     for (const Range& c : covered) {
@@ -77,7 +76,6 @@ void CheckPartition(const Ranges& whole, const std::vector<std::pair<std::string
     }
     if (pos < w.end) v.Add(what + ": tokens " + RangeText(pos, w.end) + " are missing");
   }
-  (void)ci;
   for (const Range& c : covered) {
     int64_t pos = c.begin;
     for (const Range& w : want) {

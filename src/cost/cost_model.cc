@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <vector>
 
 namespace hexiseq {
 namespace {
@@ -15,17 +17,25 @@ std::string Gib(double bytes) {
   return buf;
 }
 
-// Primary holder (rank) of each KV head in a group: the first member, in member order, that
-// holds a query head of it; -1 when no member needs it.
-std::vector<int> Primaries(const PlanGroup& group, int num_heads, int num_kv_heads) {
-  std::vector<int> primary(num_kv_heads, -1);
-  for (const PlanMember& m : group.members)
-    for (int head : m.heads) {
-      int& p = primary[KvHeadOf(head, num_heads, num_kv_heads)];
-      if (p < 0) p = m.rank;
+// Primary holders as member indices of `group` (-1: no member needs the KV head), into `out`.
+void PrimaryMembers(const PlanGroup& group, int num_heads, int num_kv_heads,
+                    std::vector<int>& out) {
+  out.assign(num_kv_heads, -1);
+  for (size_t i = 0; i < group.members.size(); ++i)
+    for (int head : group.members[i].heads) {
+      int& p = out[KvHeadOf(head, num_heads, num_kv_heads)];
+      if (p < 0) p = static_cast<int>(i);
     }
-  return primary;
 }
+
+// Per-thread work arrays of EvaluateGroup, so scoring a group allocates only its result.
+struct GroupScratch {
+  std::vector<int64_t> s;
+  std::vector<int> h, kv;
+  std::vector<double> s_d, h_d, kv_d, lin, a2a, ring_send, ring_recv, ring_chain;
+  std::vector<uint8_t> needs;  // [member * num_kv + kv head]: the member holds a query head of it
+  std::vector<int> mine, before, after;
+};
 
 }  // namespace
 
@@ -87,13 +97,24 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
 
   GroupCost out;
   out.members.resize(m);
-  std::vector<int64_t> s(m);
-  std::vector<int> h(m), kv(m);
+  thread_local GroupScratch scratch;
+  std::vector<int64_t>& s = scratch.s;
+  std::vector<int>& h = scratch.h;
+  std::vector<int>& kv = scratch.kv;
+  std::vector<uint8_t>& needs = scratch.needs;
+  s.assign(m, 0);
+  h.assign(m, 0);
+  kv.assign(m, 0);
+  needs.assign(m * num_kv, 0);
   for (size_t i = 0; i < m; ++i) {
     const PlanMember& member = group.members[i];
     s[i] = TotalTokens(member.tokens);
     h[i] = static_cast<int>(member.heads.size());
-    kv[i] = static_cast<int>(KvHeadsOf(member.heads, num_heads, num_kv).size());
+    for (int head : member.heads) {
+      uint8_t& need = needs[i * num_kv + KvHeadOf(head, num_heads, num_kv)];
+      kv[i] += need == 0;
+      need = 1;
+    }
     RankCost& rc = out.members[i];
     rc.rank = member.rank;
     rc.group = group_index;
@@ -119,33 +140,46 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
   // ---- Local phase: all-to-all in (Q, K, V), all-to-all out (O), linear layers.
   // A rank's transfer time is the larger of its send and receive totals, with intra-node
   // (NVLink) and inter-node (NIC) traffic on separate links.
-  auto a2a_time = [&](const std::vector<std::vector<double>>& matrix, size_t r) {
+  // Bytes member i sends to member j: the same expressions as AllToAllBytes, without the matrix.
+  std::vector<double>& s_d = scratch.s_d;
+  std::vector<double>& h_d = scratch.h_d;
+  std::vector<double>& kv_d = scratch.kv_d;
+  s_d.resize(m);
+  h_d.resize(m);
+  kv_d.resize(m);
+  for (size_t i = 0; i < m; ++i) {
+    s_d[i] = static_cast<double>(s[i]);
+    h_d[i] = static_cast<double>(h[i]);
+    kv_d[i] = static_cast<double>(kv[i]);
+  }
+  auto bytes_of = [&](bool inbound, size_t i, size_t j) {
+    return inbound ? s_d[i] * (h_d[j] + 2 * kv_d[j]) * dh * bytes : s_d[j] * h_d[i] * dh * bytes;
+  };
+  auto a2a_time = [&](bool inbound, size_t r) {
     double send_intra = 0, send_inter = 0, recv_intra = 0, recv_inter = 0;
     for (size_t j = 0; j < m; ++j) {
       if (j == r) continue;
       const int a = group.members[r].rank, b = group.members[j].rank;
       const bool intra = cluster_.SameNode(a, b);
-      (intra ? send_intra : send_inter) += TransferSeconds(a, b, matrix[r][j]);
-      (intra ? recv_intra : recv_inter) += TransferSeconds(b, a, matrix[j][r]);
+      (intra ? send_intra : send_inter) += TransferSeconds(a, b, bytes_of(inbound, r, j));
+      (intra ? recv_intra : recv_inter) += TransferSeconds(b, a, bytes_of(inbound, j, r));
     }
     return std::max({send_intra, send_inter, recv_intra, recv_inter});
   };
-  std::vector<std::vector<double>> bytes_in, bytes_out;
-  if (m > 1) {
-    bytes_in = AllToAllBytes(group, true);
-    bytes_out = AllToAllBytes(group, false);
-  }
   const double lin_flops_per_token = LinearForwardFlopsPerToken();
   const double mlp_fraction =
       (model_.gated_mlp ? 3.0 : 2.0) * model_.hidden * model_.ffn_hidden /
       model_.LayerGemmParams();
   double a2a_in = 0, a2a_out = 0, lin_max = 0;
-  std::vector<double> lin(m), a2a(m);
+  std::vector<double>& lin = scratch.lin;
+  std::vector<double>& a2a = scratch.a2a;
+  lin.resize(m);
+  a2a.resize(m);
   for (size_t i = 0; i < m; ++i) {
     const DeviceSpec& dev = cluster_.device(group.members[i].rank);
     lin[i] = s[i] * lin_flops_per_token / dev.GemmFlops();
-    const double in = m > 1 ? a2a_time(bytes_in, i) : 0;
-    const double outb = m > 1 ? a2a_time(bytes_out, i) : 0;
+    const double in = m > 1 ? a2a_time(true, i) : 0;
+    const double outb = m > 1 ? a2a_time(false, i) : 0;
     a2a[i] = in + outb;
     a2a_in = std::max(a2a_in, in);
     a2a_out = std::max(a2a_out, outb);
@@ -164,13 +198,24 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
   // ring_chain: blocks are forwarded whole (store and forward), so the largest block reaches the
   // farthest group only after (steps - 1) hops; with unequal groups that chain can outlast the
   // link's total traffic.
-  std::vector<double> ring_send(m, 0), ring_recv(m, 0), ring_chain(m, 0);
+  std::vector<double>& ring_send = scratch.ring_send;
+  std::vector<double>& ring_recv = scratch.ring_recv;
+  std::vector<double>& ring_chain = scratch.ring_chain;
+  ring_send.assign(m, 0);
+  ring_recv.assign(m, 0);
+  ring_chain.assign(m, 0);
   if (steps > 1) {
     const PlanGroup& prev = plan.groups[ring.prev];
     const PlanGroup& next = plan.groups[ring.next];
-    const std::vector<int> mine = Primaries(group, num_heads, num_kv);
-    const std::vector<int> before = Primaries(prev, num_heads, num_kv);
-    const std::vector<int> after = Primaries(next, num_heads, num_kv);
+    std::vector<int>& mine_member = scratch.mine;
+    std::vector<int>& before_member = scratch.before;
+    std::vector<int>& after_member = scratch.after;
+    PrimaryMembers(group, num_heads, num_kv, mine_member);
+    PrimaryMembers(prev, num_heads, num_kv, before_member);
+    PrimaryMembers(next, num_heads, num_kv, after_member);
+    auto rank_of = [](const PlanGroup& g, int member) {
+      return member < 0 ? -1 : g.members[member].rank;
+    };
     const double per_kv_in = (seq - group_tokens) * KvBytesPerTokenPerKvHead();
     const double per_kv_out = (seq - TotalTokens(next.tokens)) * KvBytesPerTokenPerKvHead();
     // K - 1 messages per KV head and link, each paying the link latency.
@@ -178,30 +223,24 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
       return a == b || bytes <= 0 ? 0.0
                                   : (steps - 1) * cluster_.Latency(a, b) + bytes / cluster_.Bandwidth(a, b);
     };
-    auto member_index = [&](int rank) {
-      for (size_t i = 0; i < m; ++i)
-        if (group.members[i].rank == rank) return static_cast<int>(i);
-      return -1;
-    };
     for (int g = 0; g < num_kv; ++g) {
-      if (mine[g] < 0) continue;
-      const int p = member_index(mine[g]);
-      if (before[g] >= 0) {
-        ring_recv[p] += ring_seconds(before[g], mine[g], per_kv_in);
-        ring_chain[p] += (steps - 1) * TransferSeconds(before[g], mine[g],
+      const int p = mine_member[g];
+      if (p < 0) continue;
+      const int mine = group.members[p].rank;
+      const int before = rank_of(prev, before_member[g]);
+      const int after = rank_of(next, after_member[g]);
+      if (before >= 0) {
+        ring_recv[p] += ring_seconds(before, mine, per_kv_in);
+        ring_chain[p] += (steps - 1) * TransferSeconds(before, mine,
                                                        ring.max_group_tokens *
                                                            KvBytesPerTokenPerKvHead());
       }
-      if (after[g] >= 0) ring_send[p] += ring_seconds(mine[g], after[g], per_kv_out);
+      if (after >= 0) ring_send[p] += ring_seconds(mine, after, per_kv_out);
       // Replicas: other members needing KV head g get it from the primary over group links.
       for (size_t i = 0; i < m; ++i) {
         if (static_cast<int>(i) == p) continue;
-        const std::vector<int>& heads = group.members[i].heads;
-        const bool needs = std::any_of(heads.begin(), heads.end(), [&](int head) {
-          return KvHeadOf(head, num_heads, num_kv) == g;
-        });
-        if (!needs) continue;
-        const double t = ring_seconds(mine[g], group.members[i].rank, per_kv_in);
+        if (!needs[i * num_kv + g]) continue;
+        const double t = ring_seconds(mine, group.members[i].rank, per_kv_in);
         ring_send[p] += t;
         ring_recv[i] += t;
       }

@@ -1,8 +1,10 @@
 // The exact search (strategy "exact") for clusters of at most kExactMaxRanks ranks: every
 // grouping (set partition, optionally one group idle), ring orders, head splits and sequence
-// splits, scored with the same cost model. Two stages: every discrete choice is scored with its
-// sequence balanced by bisection; the best kExactRefine are then searched on a sequence grid and
-// refined by a 1-token coordinate descent. Identical ranks (same device, same node) are
+// splits, scored with the same cost model. Two stages: every discrete choice is scored with a
+// compute-proportional sequence split; the best kExactRefine are then searched on a sequence grid
+// and from balanced, compute- and sqrt-proportional starts, each refined by the class-level
+// sequence search and a coordinate descent down to 1-token steps; the baseline plans are refined
+// the same way as further starts. Identical ranks (same device, same node) are
 // interchangeable, so structures equal up to swapping them are scored once.
 #include <algorithm>
 #include <cmath>
@@ -18,13 +20,15 @@ namespace {
 
 using namespace sched_internal;
 
-constexpr int kExactRefine = 8;          // discrete candidates refined in stage 2
+constexpr int kExactRefine = 16;         // discrete candidates refined in stage 2
+constexpr int kExactRefineInfeasible = 64;  // ... distinct groupings when none fits before it
 constexpr int kHeadSplitsPerGroup = 4;    // best head splits (by attention balance) per group
 constexpr int kHeadSlack = 2;             // head counts within this of the proportional share
 constexpr int kHeadCombosPerGrouping = 16;
 constexpr int kFullRingOrdersUpTo = 4;    // all cyclic orders for up to this many groups
 constexpr int kGridSteps = 16;            // sequence grid: 1/16 of S, for up to 3 groups
-constexpr int64_t kExactDescentTrials = 8000;
+constexpr int64_t kExactDescentTrials = 20000;
+constexpr int kExactClassEvaluations = 200;  // class-level sequence search before each descent
 
 // Set partitions by restricted growth strings.
 void Partitions(int n, std::vector<int>& label, int index, int blocks,
@@ -208,15 +212,38 @@ Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions
   Layout best_layout;
   Objective best_score;
   bool have = false;
-  const size_t refine = std::min<size_t>(order.size(), kExactRefine);
+  // When nothing fits before refinement, the stage-1 memory figures rank structures poorly (the
+  // descent fits memory by uneven token and head splits): refine the best of every distinct
+  // grouping instead, up to kExactRefineInfeasible, from the balanced start only.
+  std::vector<size_t> chosen;
+  const bool memory_bound = !pool[order[0]].score.feasible;
+  if (!memory_bound) {
+    chosen.assign(order.begin(), order.begin() + std::min<size_t>(order.size(), kExactRefine));
+  } else {
+    std::set<std::vector<std::vector<int>>> groupings;
+    for (size_t index : order) {
+      if (chosen.size() >= static_cast<size_t>(kExactRefineInfeasible)) break;
+      std::vector<std::vector<int>> key = pool[index].structure.groups;
+      std::sort(key.begin(), key.end());
+      key.push_back(pool[index].structure.idle);
+      if (groupings.insert(key).second) chosen.push_back(index);
+    }
+  }
+  const size_t refine = chosen.size();
   for (size_t rank = 0; rank < refine; ++rank) {
     if (options.progress) options.progress(0.6 + 0.4 * rank / refine);
-    const Discrete& d = pool[order[rank]];
-    const int k = static_cast<int>(d.structure.groups.size());
+    const Discrete& d = pool[chosen[rank]];
+    int k = static_cast<int>(d.structure.groups.size());
     std::vector<std::vector<int64_t>> starts;
     const std::vector<int64_t> by_rate = LargestRemainder(seq, RateWeights(model, d.structure));
     starts.push_back(BalanceTokens(model, d.structure, by_rate, 3));
-    starts.push_back(by_rate);
+    if (memory_bound) k = 0;  // the balanced start only
+    if (k > 0) starts.push_back(by_rate);
+    if (k > 0) {
+      std::vector<double> sqrt_rates;
+      for (double r : RateWeights(model, d.structure)) sqrt_rates.push_back(std::sqrt(r));
+      starts.push_back(LargestRemainder(seq, sqrt_rates));
+    }
     if (k >= 2 && k <= 3) {  // the sequence grid
       std::vector<int64_t> grid_best;
       Objective grid_score;
@@ -237,13 +264,28 @@ Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions
       if (any) starts.push_back(grid_best);
     }
     for (const std::vector<int64_t>& t : starts) {
-      PlanState st(model, WithHeads(MakeLayout(model, d.structure, t), d.heads));
+      Layout start = ClassSearch(model, WithHeads(MakeLayout(model, d.structure, t), d.heads),
+                                 kExactClassEvaluations, clock);
+      PlanState st(model, std::move(start));
       Descend(st, kExactDescentTrials, [&] { return clock.Expired(); });
       if (!have || Less(st.score(), best_score)) {
         best_score = st.score();
         best_layout = st.layout();
         have = true;
       }
+    }
+  }
+  // The baselines' sequence splits as further starts (the grid above is coarse; a memory-capped
+  // speed-proportional split can sit in a basin the grid starts miss).
+  for (const StrategyResult& b : AllBaselines(model)) {
+    Layout layout;
+    if (!b.applicable || !LayoutFromPlan(b.plan, layout)) continue;
+    PlanState st(model, std::move(layout));
+    Descend(st, kExactDescentTrials, [&] { return clock.Expired(); });
+    if (!have || Less(st.score(), best_score)) {
+      best_score = st.score();
+      best_layout = st.layout();
+      have = true;
     }
   }
   StrategyResult result =

@@ -199,7 +199,9 @@ void PlanState::ComputeScore() {
     }
   } else {
     score_.primary = worst_fraction;
-    for (const GroupCost& cost : costs_) spread += Pow8(cost.max_memory_fraction);
+    // Per rank, so that members of one group tied at the maximum can be relieved one at a time.
+    for (const GroupCost& cost : costs_)
+      for (const RankCost& rc : cost.members) spread += Pow8(rc.memory_bytes / rc.memory_capacity_bytes);
   }
   score_.secondary = spread;
 }
@@ -406,10 +408,6 @@ namespace {
 // distance in ring order (a transfer re-scores every group between the two).
 constexpr int kPartnerDistance = 2;
 constexpr int kAllPartnersUpTo = 12;  // below this many groups, every group is a partner
-
-double GroupLoad(const GroupCost& cost) {
-  return 2 * (cost.local_fwd + cost.ring_fwd) + cost.local_bwd + cost.ring_bwd;
-}
 
 }  // namespace
 

@@ -24,6 +24,11 @@ constexpr double kInfeasibleSeedFraction = 2.0;  // ... when within 2x of memory
 constexpr int kClassEvaluations = 120;    // full re-scorings per candidate in ClassSearch ...
 constexpr int kClassSearchUpTo = 64;       // ... on clusters of at most this many ranks
 constexpr int kWidePoliciesUpTo = 256;     // sqrt-compute allocation up to this many ranks
+constexpr int kStructureSearchUpTo = 16;   // rank-level structure search on at most this many ranks
+constexpr int kStructureSearchStarts = 3;  // ... from this many of the best distinct structures
+constexpr int kStructureSearchRounds = 12; // ... for at most this many improving steps each
+constexpr int kSmallClusterTopK = 8;       // candidates refined on such small clusters
+constexpr int kRescueCandidates = 24;      // ... and more when none of them fits memory
 
 // Per-token costs at the sequence's average causal density (FLOPs per token).
 struct TokenFlops {
@@ -338,20 +343,56 @@ class CandidatePool {
     return st.score();
   }
 
-  // The best `count` candidates with distinct layouts, best first (stable on ties).
+  // The best `count` candidates, best first (stable on ties): first the best of each distinct
+  // membership (MembershipKey), then further distinct layouts.
   std::vector<const Scored*> Top(int count) const {
     std::vector<const Scored*> order;
     for (const Scored& s : items_) order.push_back(&s);
     std::stable_sort(order.begin(), order.end(),
                      [](const Scored* a, const Scored* b) { return Less(a->score, b->score); });
     std::vector<const Scored*> out;
+    std::vector<std::vector<std::vector<int>>> structures;
+    for (const Scored* s : order) {
+      if (static_cast<int>(out.size()) >= count) break;
+      std::vector<std::vector<int>> key = MembershipKey(s->layout);
+      if (std::find(structures.begin(), structures.end(), key) != structures.end()) continue;
+      structures.push_back(std::move(key));
+      out.push_back(s);
+    }
     for (const Scored* s : order) {
       if (static_cast<int>(out.size()) >= count) break;
       bool dup = false;
-      for (const Scored* o : out) dup = dup || o->layout == s->layout;
+      for (const Scored* o : out) dup = dup || o == s || o->layout == s->layout;
       if (!dup) out.push_back(s);
     }
+    std::stable_sort(out.begin(), out.end(),
+                     [](const Scored* a, const Scored* b) { return Less(a->score, b->score); });
     return out;
+  }
+  // Which ranks are grouped together, ignoring ring order and member order (the idle set last).
+  static std::vector<std::vector<int>> MembershipKey(const Layout& layout) {
+    std::vector<std::vector<int>> key;
+    std::vector<int> idle;
+    for (const GroupLayout& g : layout) {
+      std::vector<int> ranks = g.ranks;
+      std::sort(ranks.begin(), ranks.end());
+      if (g.total() > 0) key.push_back(std::move(ranks));
+      else idle.insert(idle.end(), ranks.begin(), ranks.end());
+    }
+    std::sort(key.begin(), key.end());
+    std::sort(idle.begin(), idle.end());
+    key.push_back(std::move(idle));
+    return key;
+  }
+  // The group structure a scored layout came from (members in order, the idle group last).
+  static Structure StructureOf(const Layout& layout) {
+    Structure s;
+    for (const GroupLayout& g : layout) {
+      if (g.total() > 0) s.groups.push_back(g.ranks);
+      else s.idle.insert(s.idle.end(), g.ranks.begin(), g.ranks.end());
+    }
+    std::sort(s.idle.begin(), s.idle.end());
+    return s;
   }
   const std::vector<Scored>& items() const { return items_; }
 
@@ -361,6 +402,151 @@ class CandidatePool {
   std::vector<Structure> seen_;
   std::vector<Objective> seen_scores_;
 };
+
+std::string RanksName(const Structure& s) {
+  auto list = [](const std::vector<int>& ranks) {
+    std::string text = "[";
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      if (i > 0) text += ",";
+      text += std::to_string(ranks[i]);
+    }
+    return text + "]";
+  };
+  std::string out = "groups=";
+  for (const auto& g : s.groups) out += list(g);
+  if (!s.idle.empty()) out += " idle=" + list(s.idle);
+  return out;
+}
+
+// The structures one membership change away: a rank moved to another group, to a group of its
+// own (at the end of the ring) or to idle; an idle rank activated; two ranks of different devices
+// or nodes swapped between groups; two groups merged; two groups swapped in ring order. Members
+// stay sorted by rank; of interchangeable ranks (same kind, same node) only the first moves.
+std::vector<Structure> Neighbours(const Cluster& cluster, const Structure& s, int max_size) {
+  const int k = static_cast<int>(s.groups.size());
+  // Slot k is the idle set.
+  auto members = [&](int slot) -> const std::vector<int>& {
+    return slot < k ? s.groups[slot] : s.idle;
+  };
+  auto same = [&](int a, int b) {
+    return cluster.ranks[a].kind == cluster.ranks[b].kind &&
+           cluster.ranks[a].node == cluster.ranks[b].node;
+  };
+  auto movers = [&](int slot) {
+    std::vector<int> out;
+    for (int rank : members(slot)) {
+      bool twin = false;
+      for (int other : out) twin = twin || same(rank, other);
+      if (!twin) out.push_back(rank);
+    }
+    return out;
+  };
+  // Builds a structure from per-slot member lists (slot k idle, slot k + 1 a new group).
+  auto make = [&](std::vector<std::vector<int>> slots) {
+    Structure out;
+    for (int slot = 0; slot < static_cast<int>(slots.size()); ++slot) {
+      std::sort(slots[slot].begin(), slots[slot].end());
+      if (slot == k) out.idle = slots[slot];
+      else if (!slots[slot].empty()) out.groups.push_back(slots[slot]);
+    }
+    return out;
+  };
+  std::vector<std::vector<int>> base(s.groups.begin(), s.groups.end());
+  base.push_back(s.idle);
+  base.emplace_back();  // a new group
+  std::vector<Structure> out;
+  auto push = [&](Structure t) {
+    if (t.groups.empty()) return;
+    for (const auto& g : t.groups)
+      if (static_cast<int>(g.size()) > max_size) return;
+    out.push_back(std::move(t));
+  };
+  for (int from = 0; from <= k; ++from)
+    for (int rank : movers(from))
+      for (int to = 0; to <= k + 1; ++to) {
+        if (to == from) continue;
+        if (to == k + 1 && from < k && s.groups[from].size() == 1) continue;
+        std::vector<std::vector<int>> slots = base;
+        std::erase(slots[from], rank);
+        slots[to].push_back(rank);
+        push(make(std::move(slots)));
+      }
+  for (int a = 0; a <= k; ++a)
+    for (int b = a + 1; b <= k; ++b)
+      for (int x : movers(a))
+        for (int y : movers(b)) {
+          if (same(x, y)) continue;
+          std::vector<std::vector<int>> slots = base;
+          std::erase(slots[a], x);
+          std::erase(slots[b], y);
+          slots[a].push_back(y);
+          slots[b].push_back(x);
+          push(make(std::move(slots)));
+        }
+  for (int a = 0; a < k; ++a)
+    for (int b = a + 1; b < k; ++b) {
+      std::vector<std::vector<int>> slots = base;
+      slots[a].insert(slots[a].end(), slots[b].begin(), slots[b].end());
+      slots[b].clear();
+      push(make(std::move(slots)));
+      if (k >= 3) {
+        Structure t = s;
+        std::swap(t.groups[a], t.groups[b]);
+        push(std::move(t));
+      }
+    }
+  return out;
+}
+
+// Groups of complementary speed: ranks, fastest first, each to the group with the least
+// aggregate speed so far that has room (longest-processing-time rule), for `k` groups; groups
+// mix device types. Members sorted by rank.
+Structure BalancedGroups(const Cluster& cluster, int k, int max_size) {
+  std::vector<int> order(cluster.num_ranks());
+  std::iota(order.begin(), order.end(), 0);
+  auto speed = [&](int rank) {
+    return cluster.device(rank).GemmFlops() + cluster.device(rank).AttentionFlops();
+  };
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return speed(a) > speed(b); });
+  Structure s;
+  s.groups.resize(k);
+  std::vector<double> load(k, 0);
+  for (int rank : order) {
+    int target = -1;
+    for (int g = 0; g < k; ++g)
+      if (static_cast<int>(s.groups[g].size()) < max_size && (target < 0 || load[g] < load[target]))
+        target = g;
+    if (target < 0) return Structure{};
+    s.groups[target].push_back(rank);
+    load[target] += speed(rank);
+  }
+  for (auto& g : s.groups) std::sort(g.begin(), g.end());
+  return s;
+}
+
+// Steepest-descent over group structures from `start`: every neighbour is scored by the pool
+// (sequence allocation policies, no refinement); the best improving one is taken.
+void StructureSearch(const Cluster& cluster, CandidatePool& pool, Structure start, int max_size,
+                     int rounds, const Clock& clock) {
+  Objective current = pool.Add(start, RanksName(start));
+  for (int round = 0; round < rounds && !clock.Expired(); ++round) {
+    Objective best = current;
+    Structure best_structure;
+    bool found = false;
+    for (Structure& t : Neighbours(cluster, start, max_size)) {
+      const Objective score = pool.Add(t, RanksName(t));
+      if (Less(score, best)) {
+        best = score;
+        best_structure = std::move(t);
+        found = true;
+      }
+      if (clock.Expired()) break;
+    }
+    if (!found) break;
+    start = std::move(best_structure);
+    current = best;
+  }
+}
 
 // Divisor-like group sizes for a domain of n ranks: n, n/2, ... 1, and merges 2n, 4n (<= H).
 std::vector<int> SizeOptions(int n, int max_size, int kind_total) {
@@ -484,10 +670,27 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
       pool.Push("baseline " + b.strategy + (b.config.empty() ? "" : " " + b.config),
                 std::move(layout));
   }
+  // Rank-level structure search on small clusters, from the best few distinct structures: finds
+  // groups that mix device types, ranks left idle one at a time, uneven group sizes.
+  if (!quick && cluster.num_ranks() <= kStructureSearchUpTo) {
+    for (int k = 2; k < cluster.num_ranks(); ++k) {
+      Structure s = BalancedGroups(cluster, k, heads);
+      if (!s.groups.empty()) pool.Add(s, "balanced-mix " + RanksName(s));
+    }
+    std::vector<Structure> starts;
+    for (const Scored* s : pool.Top(kStructureSearchStarts))
+      starts.push_back(CandidatePool::StructureOf(s->layout));
+    for (Structure& start : starts)
+      StructureSearch(cluster, pool, std::move(start), heads, kStructureSearchRounds, clock);
+  }
   report(0.45);
 
   // ---- 3. Refinement of the best K.
-  const int top_k = std::max(1, quick ? 1 : options.top_k);
+  // Small clusters refine more distinct structures (refinement is cheap there).
+  const int top_k = std::max(1, quick ? 1
+                                      : cluster.num_ranks() <= kStructureSearchUpTo
+                                          ? std::max(options.top_k, kSmallClusterTopK)
+                                          : options.top_k);
   std::vector<const Scored*> top = pool.Top(top_k);
   // Infeasible candidates that are fast may become feasible under the descent (it lowers memory
   // first): refine the fastest few of them too.
@@ -498,13 +701,15 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
     std::stable_sort(fast.begin(), fast.end(), [](const Scored* a, const Scored* b) {
       return a->seconds < b->seconds;
     });
-    // One per group structure (the name before " seq="), so different structures get a chance.
-    std::vector<std::string> structures;
+    // One per membership, so different structures get a chance.
+    std::vector<std::vector<std::vector<int>>> structures;
+    const size_t seeds = cluster.num_ranks() <= kStructureSearchUpTo ? 2 * kInfeasibleSeeds
+                                                                     : kInfeasibleSeeds;
     for (const Scored* s : fast) {
-      if (structures.size() >= kInfeasibleSeeds) break;
-      const std::string structure = s->name.substr(0, s->name.find(" seq="));
-      if (std::find(structures.begin(), structures.end(), structure) != structures.end()) continue;
-      structures.push_back(structure);
+      if (structures.size() >= seeds) break;
+      std::vector<std::vector<int>> key = CandidatePool::MembershipKey(s->layout);
+      if (std::find(structures.begin(), structures.end(), key) != structures.end()) continue;
+      structures.push_back(std::move(key));
       if (std::find(top.begin(), top.end(), s) == top.end()) top.push_back(s);
     }
   }
@@ -539,6 +744,23 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
       });
     for (std::thread& w : workers) w.join();
     report(0.95);
+  }
+
+  // ---- Memory-bound small clusters: when no refined candidate fits, refine more memberships,
+  // closest to fitting first (the descent lowers memory by uneven token and head splits that the
+  // group-level scores do not see).
+  if (!quick && cluster.num_ranks() <= kStructureSearchUpTo &&
+      std::none_of(refined_score.begin(), refined_score.end(),
+                   [](const Objective& o) { return o.feasible; })) {
+    for (const Scored* s : pool.Top(kRescueCandidates)) {
+      if (std::find(top.begin(), top.end(), s) != top.end()) continue;
+      if (s->max_memory_fraction >= kInfeasibleSeedFraction || clock.Expired()) continue;
+      top.push_back(s);
+      refined.emplace_back();
+      refined_score.emplace_back();
+      refined_seconds.push_back(0);
+      refine(top.size() - 1);
+    }
   }
 
   // ---- Choose: the best refined plan, re-scored in full, against every baseline.

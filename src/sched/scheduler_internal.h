@@ -38,6 +38,11 @@ std::vector<double> RateWeights(const CostModel& model, const Structure& structu
 std::vector<int64_t> BalanceTokens(const CostModel& model, const Structure& structure,
                                    std::vector<int64_t> tokens, int rounds);
 
+// Class-level pattern search: groups with the same make-up form a class; each class's share of
+// the sequence and its front fraction are searched with full re-scoring (at most
+// `max_evaluations` of them). Returns the improved layout.
+Layout ClassSearch(const CostModel& model, Layout layout, int max_evaluations, const Clock& clock);
+
 struct SearchOutcome {
   StrategyResult best;  // feasible or not: the best by Better()
 };

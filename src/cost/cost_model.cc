@@ -195,9 +195,9 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
   const int64_t causal_pairs = CausalPrefixPairs(group.tokens);
   const int64_t diag_pairs = CausalPairs(group.tokens, group.tokens);
   const int steps = ring.ring_size;
-  // ring_chain: blocks are forwarded whole (store and forward), so the largest block reaches the
-  // farthest group only after (steps - 1) hops; with unequal groups that chain can outlast the
-  // link's total traffic.
+  // ring_chain: seconds per token of block on each primary's incoming ring link. Blocks are
+  // forwarded whole, so the largest block reaches the farthest group only after crossing every
+  // other link; Combine() sums the groups' slowest incoming links into that chain.
   std::vector<double>& ring_send = scratch.ring_send;
   std::vector<double>& ring_recv = scratch.ring_recv;
   std::vector<double>& ring_chain = scratch.ring_chain;
@@ -231,9 +231,8 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
       const int after = rank_of(next, after_member[g]);
       if (before >= 0) {
         ring_recv[p] += ring_seconds(before, mine, per_kv_in);
-        ring_chain[p] += (steps - 1) * TransferSeconds(before, mine,
-                                                       ring.max_group_tokens *
-                                                           KvBytesPerTokenPerKvHead());
+        ring_chain[p] += KvBytesPerTokenPerKvHead() / cluster_.Bandwidth(before, mine);
+        out.chain_latency = std::max(out.chain_latency, cluster_.Latency(before, mine));
       }
       if (after >= 0) ring_send[p] += ring_seconds(mine, after, per_kv_out);
       // Replicas: other members needing KV head g get it from the primary over group links.
@@ -251,12 +250,14 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
     const double flops_per_pair = 4.0 * dh * h[i];
     const double compute = flops_per_pair * causal_pairs / dev.AttentionFlops();
     const double first = flops_per_pair * diag_pairs / dev.AttentionFlops();
-    const double comm = std::max({ring_send[i], ring_recv[i], ring_chain[i]});
+    const double comm = std::max(ring_send[i], ring_recv[i]);
+    out.chain_seconds_per_token = std::max(out.chain_seconds_per_token, ring_chain[i]);
     double fwd = compute, bwd = k_.attention_backward_factor * compute;
     if (steps > 1) {
       const double last = (compute - first) / (steps - 1);
       const double hop = comm / (steps - 1);
       fwd = std::max(compute, comm + last);
+      out.last_block_fwd = std::max(out.last_block_fwd, last);
       // Backward: K/V go round again and dK/dV follow one hop behind, plus the hop home.
       bwd = std::max(k_.attention_backward_factor * compute,
                      2 * comm + k_.attention_backward_factor * last) + hop;
@@ -353,6 +354,28 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
       cost.max_memory_fraction = gc.max_memory_fraction;
     }
   }
+  // Store-and-forward chain of the largest block: it crosses every ring link but the one into
+  // its own group (K - 1 of K), one message per hop; it bounds the ring phase from below.
+  int active = 0;
+  int64_t max_tokens = 0;
+  double chain_per_token = 0, chain_latency = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const int64_t tokens = TotalTokens(plan.groups[g].tokens);
+    if (tokens == 0) continue;
+    ++active;
+    max_tokens = std::max(max_tokens, tokens);
+    chain_per_token += groups[g].chain_seconds_per_token;
+    chain_latency = std::max(chain_latency, groups[g].chain_latency);
+  }
+  double last_block = 0;
+  for (const GroupCost& gc : groups) last_block = std::max(last_block, gc.last_block_fwd);
+  if (active > 1) {
+    const double chain = static_cast<double>(max_tokens) * chain_per_token * (active - 1) / active +
+                         (active - 1) * chain_latency;
+    cost.ring_chain_seconds = chain;
+    ring_fwd = std::max(ring_fwd, chain + last_block);
+    ring_bwd = std::max(ring_bwd, 2 * chain + k_.attention_backward_factor * last_block);
+  }
   const double fwd = local_fwd + ring_fwd;
   double recompute = 0;
   if (workload_.recompute == Recompute::kFull) recompute = fwd;
@@ -401,7 +424,9 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
       if (t > worst) { worst = t; cost.bottleneck_rank = rc.rank; }
     }
     if (ring_dominates)
-      cost.bottleneck_phase = gc.ring_comm_fwd > gc.attn_compute_fwd ? "ring communication"
+      cost.bottleneck_phase = std::max(gc.ring_comm_fwd, cost.ring_chain_seconds) >
+                                      gc.attn_compute_fwd
+                                  ? "ring communication"
                                                                       : "attention compute";
     else
       cost.bottleneck_phase = gc.a2a > gc.lin_fwd ? "all-to-all" : "linear compute";

@@ -75,6 +75,10 @@ struct GroupCost {
   double local_bwd = 0, ring_bwd = 0;  // backward phases
   double recompute = 0;                // selective recompute: the MLP forward again
   double lin_fwd = 0, a2a = 0, attn_compute_fwd = 0, ring_comm_fwd = 0;  // slowest member's parts
+  // Store-and-forward chain inputs (combined over groups by Combine): seconds per token of block
+  // on the slowest incoming ring link of this group, that link's latency, and the largest
+  // compute on one final block.
+  double chain_seconds_per_token = 0, chain_latency = 0, last_block_fwd = 0;
   double head_seconds = 0;             // LM head fwd + bwd for the group's slowest member
   double max_memory_fraction = 0;
   int worst_memory_rank = -1;
@@ -92,6 +96,7 @@ struct PlanCost {
   // Per-iteration totals of each phase (the slowest group per phase, summed over layers).
   double local_seconds = 0, ring_seconds = 0, recompute_seconds = 0, head_seconds = 0,
          grad_sync_seconds = 0;
+  double ring_chain_seconds = 0;  // per layer: the largest block's store-and-forward chain
   std::vector<RankCost> ranks;  // indexed by rank
 };
 

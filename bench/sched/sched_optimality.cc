@@ -2,12 +2,16 @@
 // clusters (2-8 ranks, 2-4 device types, 1-4 GPUs per node, random intra-node and NIC
 // bandwidths, random preset models and sequence lengths 16K-256K). Prints every case and the
 // gap percentiles. gap = scheduler / exact - 1 (negative: the scheduler beat the exact grid).
-//   build-sched/bin/sched_optimality [cases] [seed]
+//   build-sched/bin/sched_optimality [cases] [seed] [only]
+// `only` (optional) restricts the run to some of the cases, e.g. "99,155,91" or "40-80"
+// (half-open range [40, 80)); the skipped cases are still drawn so case numbers stay the same.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <set>
+#include <string>
 
 #include "sched/bench_header.h"
 #include "sched/sched_test_util.h"
@@ -18,6 +22,22 @@ using namespace hexiseq;
 int main(int argc, char** argv) {
   const int cases = argc > 1 ? std::atoi(argv[1]) : 200;
   const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1;
+  std::set<int> only;
+  if (argc > 3) {
+    const std::string arg = argv[3];
+    const size_t dash = arg.find('-');
+    if (dash != std::string::npos) {
+      const int a = std::atoi(arg.substr(0, dash).c_str()), b = std::atoi(arg.substr(dash + 1).c_str());
+      for (int c = a; c < b; ++c) only.insert(c);
+    } else {
+      size_t pos = 0;
+      while (pos <= arg.size()) {
+        const size_t comma = std::min(arg.find(',', pos), arg.size());
+        if (comma > pos) only.insert(std::atoi(arg.substr(pos, comma - pos).c_str()));
+        pos = comma + 1;
+      }
+    }
+  }
   PrintBenchHeader("sched_optimality");
   const char* models[] = {"llama3-8b", "llama2-7b", "llama3.2-3b", "gpt-3b", "llama2-13b",
                           "gpt-7b",    "llama3-70b"};
@@ -33,6 +53,7 @@ int main(int argc, char** argv) {
     const ModelSpec model_spec = sched_test::Model(models[rng() % 7]);
     Workload w;
     w.seq_len = int64_t{1} << (14 + rng() % 5);
+    if (!only.empty() && !only.count(c)) continue;
     CostModel model(cluster, model_spec, w);
     std::string desc;
     for (const NodeKind& k : cluster.kinds)
@@ -74,6 +95,7 @@ int main(int argc, char** argv) {
   auto pct = [&](double p) {
     return gaps.empty() ? 0.0 : gaps[std::min(gaps.size() - 1, size_t(p * (gaps.size() - 1) + 0.5))];
   };
+  if (!only.empty()) std::printf("\nsubset: %zu of the cases\n", only.size());
   std::printf("\ncases %d  feasible %zu  infeasible %d\n", cases, gaps.size(), infeasible);
   std::printf("gap %%: p50 %.3f  p95 %.3f  max %.3f  min %.3f\n", 100 * pct(0.5), 100 * pct(0.95),
               100 * (gaps.empty() ? 0 : gaps.back()), 100 * (gaps.empty() ? 0 : gaps.front()));

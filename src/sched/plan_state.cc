@@ -266,18 +266,30 @@ void Rescale(const CostModel& model, GroupLayout& g, int64_t new_total) {
 }  // namespace
 
 bool PlanState::Mutate(const Move& move, Saved& saved) {
-  saved = Saved{};
+  // The saved state and the touched list keep their buffers from one trial to the next, so a
+  // trial move allocates only where a group's shape grows.
+  saved.groups.clear();
+  saved.full = false;
+  saved.old_max_tokens = -1;
   saved.score = score_;
   saved.iteration = iteration_;
   const int k = num_groups();
   auto save = [&](int g) {
     if (std::find(saved.groups.begin(), saved.groups.end(), g) != saved.groups.end()) return;
+    const size_t slot = saved.groups.size();
     saved.groups.push_back(g);
-    saved.layouts.push_back(layout_[g]);
-    saved.plan_groups.push_back(plan_.groups[g]);
-    saved.costs.push_back(costs_[g]);
+    if (saved.layouts.size() <= slot) {
+      saved.layouts.push_back(layout_[g]);
+      saved.plan_groups.push_back(plan_.groups[g]);
+      saved.costs.push_back(costs_[g]);
+    } else {
+      saved.layouts[slot] = layout_[g];
+      saved.plan_groups[slot] = plan_.groups[g];
+      saved.costs[slot] = costs_[g];
+    }
   };
-  std::vector<int> touched;  // groups whose cost must be recomputed
+  std::vector<int>& touched = touched_;  // groups whose cost must be recomputed
+  touched.clear();
   auto touch = [&](int g) {
     if (std::find(touched.begin(), touched.end(), g) == touched.end()) touched.push_back(g);
   };
@@ -370,9 +382,9 @@ bool PlanState::Mutate(const Move& move, Saved& saved) {
 void PlanState::Restore(Saved& saved) {
   for (size_t i = 0; i < saved.groups.size(); ++i) {
     const int g = saved.groups[i];
-    layout_[g] = std::move(saved.layouts[i]);
-    plan_.groups[g] = std::move(saved.plan_groups[i]);
-    if (!saved.full) costs_[g] = std::move(saved.costs[i]);
+    std::swap(layout_[g], saved.layouts[i]);
+    std::swap(plan_.groups[g], saved.plan_groups[i]);
+    if (!saved.full) std::swap(costs_[g], saved.costs[i]);
   }
   if (saved.old_max_tokens >= 0)
     for (CostModel::RingContext& ring : rings_) ring.max_group_tokens = saved.old_max_tokens;
@@ -385,17 +397,13 @@ void PlanState::Restore(Saved& saved) {
   iteration_ = saved.iteration;
 }
 
-bool PlanState::Apply(const Move& move) {
-  Saved saved;
-  return Mutate(move, saved);
-}
+bool PlanState::Apply(const Move& move) { return Mutate(move, saved_); }
 
 Objective PlanState::Try(const Move& move, bool& legal) {
-  Saved saved;
-  legal = Mutate(move, saved);
+  legal = Mutate(move, saved_);
   if (!legal) return score_;
   const Objective result = score_;
-  Restore(saved);
+  Restore(saved_);
   return result;
 }
 
@@ -408,6 +416,9 @@ namespace {
 // distance in ring order (a transfer re-scores every group between the two).
 constexpr int kPartnerDistance = 2;
 constexpr int kAllPartnersUpTo = 12;  // below this many groups, every group is a partner
+// Groups of at most this many members also try k-head moves between any two members when the
+// descent has converged.
+constexpr int kWideHeadMovesUpTo = 8;
 
 }  // namespace
 
@@ -509,6 +520,22 @@ int64_t Descend(PlanState& state, int64_t max_trials, const std::function<bool()
           if (gl.front >= amount && layout[j].back >= amount)
             consider(Move{Move::kGroupTokens, g, j, 0, 0, 0, amount, -amount}, factor);
         });
+      }
+    }
+    if (!found && !tried_bigger_than_one && trials < max_trials) {
+      // Escape from a local optimum: moves of k heads (k = 2..per_kv) between any two members of
+      // a bottleneck group, for head splits several heads away from the start.
+      const int per_kv = state.plan().num_heads / std::max(1, state.plan().num_kv_heads);
+      for (int g : state.BottleneckGroups()) {
+        const GroupLayout& gl = layout[g];
+        const int m = static_cast<int>(gl.ranks.size());
+        if (gl.total() == 0 || m < 2 || m > kWideHeadMovesUpTo) continue;
+        for (int from = 0; from < m; ++from)
+          for (int to = 0; to < m; ++to) {
+            if (from == to) continue;
+            for (int amount = 1; amount <= std::max(2, per_kv) && amount <= gl.heads[from]; ++amount)
+              consider(Move{Move::kHeads, g, g, from, to, amount, 0, 0}, 0);
+          }
       }
     }
     if (found) {

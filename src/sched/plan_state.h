@@ -102,6 +102,8 @@ class PlanState {
   void ComputeScore();
 
   const CostModel& model_;
+  Saved saved_;                // scratch for Try and Apply (buffers reused across trials)
+  std::vector<int> touched_;   // scratch for Mutate
   Layout layout_;
   Plan plan_;
   std::vector<int64_t> front_pos_, back_pos_;  // start of the front chunk, end of the back chunk
@@ -120,7 +122,9 @@ namespace hexiseq::sched_internal {
 // Bounded coordinate descent (a pattern search): each round takes the bottleneck groups, tries
 // moves of three step sizes around the current relative step (tokens between members, one head,
 // one KV group, tokens between groups from the front or back chunk or swapped between them),
-// applies the best move that lowers the score, and otherwise shrinks the step. Stops when even
+// applies the best move that lowers the score, and otherwise shrinks the step. Once the step is
+// down to single tokens, groups of at most 8 members also try moves of 1..per_kv heads between any
+// two members (escapes from head splits several heads from proportional). Stops when even
 // one-token steps fail, after `max_trials` trial moves, or when `expired()` says so.
 // Returns the number of trial moves made.
 int64_t Descend(PlanState& state, int64_t max_trials, const std::function<bool()>& expired);

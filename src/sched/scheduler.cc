@@ -28,6 +28,8 @@ constexpr int kStructureSearchUpTo = 16;   // rank-level structure search on at 
 constexpr int kStructureSearchStarts = 3;  // ... from this many of the best distinct structures
 constexpr int kStructureSearchRounds = 12; // ... for at most this many improving steps each
 constexpr int kSmallClusterTopK = 8;       // candidates refined on such small clusters
+constexpr size_t kCloseSeeds = 4;          // ... plus the memberships closest to fitting
+constexpr double kCloseToFitting = 1.25;   // ... within 25% of memory capacity
 constexpr int kRescueCandidates = 24;      // ... and more when none of them fits memory
 
 // Per-token costs at the sequence's average causal density (FLOPs per token).
@@ -711,6 +713,25 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
       if (std::find(structures.begin(), structures.end(), key) != structures.end()) continue;
       structures.push_back(std::move(key));
       if (std::find(top.begin(), top.end(), s) == top.end()) top.push_back(s);
+    }
+    // On small clusters also the memberships closest to fitting (lowest memory maximum): the
+    // descent's uneven token and head splits often make them fit at little cost.
+    if (cluster.num_ranks() <= kStructureSearchUpTo) {
+      std::vector<const Scored*> close;
+      for (const Scored& s : pool.items())
+        if (!s.score.feasible && s.max_memory_fraction < kCloseToFitting) close.push_back(&s);
+      std::stable_sort(close.begin(), close.end(), [](const Scored* a, const Scored* b) {
+        return a->max_memory_fraction < b->max_memory_fraction;
+      });
+      size_t added = 0;
+      for (const Scored* s : close) {
+        if (added >= kCloseSeeds) break;
+        std::vector<std::vector<int>> key = CandidatePool::MembershipKey(s->layout);
+        if (std::find(structures.begin(), structures.end(), key) != structures.end()) continue;
+        structures.push_back(std::move(key));
+        if (std::find(top.begin(), top.end(), s) == top.end()) top.push_back(s);
+        ++added;
+      }
     }
   }
   int num_groups = 0;

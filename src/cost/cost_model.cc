@@ -35,6 +35,7 @@ struct GroupScratch {
   std::vector<double> s_d, h_d, kv_d, lin, a2a, ring_send, ring_recv, ring_chain;
   std::vector<uint8_t> needs;  // [member * num_kv + kv head]: the member holds a query head of it
   std::vector<int> mine, before, after;
+  std::vector<std::pair<int, int>> links_seen;  // ring links already charged their latency
 };
 
 }  // namespace
@@ -155,16 +156,25 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
   auto bytes_of = [&](bool inbound, size_t i, size_t j) {
     return inbound ? s_d[i] * (h_d[j] + 2 * kv_d[j]) * dh * bytes : s_d[j] * h_d[i] * dh * bytes;
   };
-  auto a2a_time = [&](bool inbound, size_t r) {
-    double send_intra = 0, send_inter = 0, recv_intra = 0, recv_inter = 0;
+  // Both all-to-alls of member r in one pass over its peers: each pair's latency and bandwidth
+  // are looked up once. Same arithmetic as TransferSeconds (latency + bytes / bandwidth).
+  auto a2a_times = [&](size_t r, double* in_time, double* out_time) {
+    double acc[2][4] = {};  // [inbound, outbound][send intra, send inter, recv intra, recv inter]
+    const int a = group.members[r].rank;
     for (size_t j = 0; j < m; ++j) {
       if (j == r) continue;
-      const int a = group.members[r].rank, b = group.members[j].rank;
+      const int b = group.members[j].rank;
       const bool intra = cluster_.SameNode(a, b);
-      (intra ? send_intra : send_inter) += TransferSeconds(a, b, bytes_of(inbound, r, j));
-      (intra ? recv_intra : recv_inter) += TransferSeconds(b, a, bytes_of(inbound, j, r));
+      const double latency = cluster_.Latency(a, b), bandwidth = cluster_.Bandwidth(a, b);
+      for (int dir = 0; dir < 2; ++dir) {
+        const bool inbound = dir == 0;
+        const double send = bytes_of(inbound, r, j), recv = bytes_of(inbound, j, r);
+        if (send > 0) acc[dir][intra ? 0 : 1] += latency + send / bandwidth;
+        if (recv > 0) acc[dir][intra ? 2 : 3] += latency + recv / bandwidth;
+      }
     }
-    return std::max({send_intra, send_inter, recv_intra, recv_inter});
+    *in_time = std::max({acc[0][0], acc[0][1], acc[0][2], acc[0][3]});
+    *out_time = std::max({acc[1][0], acc[1][1], acc[1][2], acc[1][3]});
   };
   const double lin_flops_per_token = LinearForwardFlopsPerToken();
   const double mlp_fraction =
@@ -178,8 +188,8 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
   for (size_t i = 0; i < m; ++i) {
     const DeviceSpec& dev = cluster_.device(group.members[i].rank);
     lin[i] = s[i] * lin_flops_per_token / dev.GemmFlops();
-    const double in = m > 1 ? a2a_time(true, i) : 0;
-    const double outb = m > 1 ? a2a_time(false, i) : 0;
+    double in = 0, outb = 0;
+    if (m > 1) a2a_times(i, &in, &outb);
     a2a[i] = in + outb;
     a2a_in = std::max(a2a_in, in);
     a2a_out = std::max(a2a_out, outb);
@@ -218,10 +228,15 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
     };
     const double per_kv_in = (seq - group_tokens) * KvBytesPerTokenPerKvHead();
     const double per_kv_out = (seq - TotalTokens(next.tokens)) * KvBytesPerTokenPerKvHead();
-    // K - 1 messages per KV head and link, each paying the link latency.
-    auto ring_seconds = [&](int a, int b, double bytes) {
-      return a == b || bytes <= 0 ? 0.0
-                                  : (steps - 1) * cluster_.Latency(a, b) + bytes / cluster_.Bandwidth(a, b);
+    // Per step, one message per (sender, receiver) link carries every KV head routed over it, so
+    // a link pays its latency K - 1 times however many KV heads it carries.
+    std::vector<std::pair<int, int>>& links_seen = scratch.links_seen;
+    links_seen.clear();
+    auto link_latency = [&](int a, int b) {
+      for (const auto& link : links_seen)
+        if (link.first == a && link.second == b) return 0.0;
+      links_seen.push_back({a, b});
+      return (steps - 1) * cluster_.Latency(a, b);
     };
     for (int g = 0; g < num_kv; ++g) {
       const int p = mine_member[g];
@@ -229,17 +244,20 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
       const int mine = group.members[p].rank;
       const int before = rank_of(prev, before_member[g]);
       const int after = rank_of(next, after_member[g]);
-      if (before >= 0) {
-        ring_recv[p] += ring_seconds(before, mine, per_kv_in);
-        ring_chain[p] += KvBytesPerTokenPerKvHead() / cluster_.Bandwidth(before, mine);
+      if (before >= 0 && before != mine) {
+        const double bandwidth = cluster_.Bandwidth(before, mine);
+        ring_recv[p] += link_latency(before, mine) + per_kv_in / bandwidth;
+        ring_chain[p] += KvBytesPerTokenPerKvHead() / bandwidth;
         out.chain_latency = std::max(out.chain_latency, cluster_.Latency(before, mine));
       }
-      if (after >= 0) ring_send[p] += ring_seconds(mine, after, per_kv_out);
+      if (after >= 0 && after != mine)
+        ring_send[p] += link_latency(mine, after) + per_kv_out / cluster_.Bandwidth(mine, after);
       // Replicas: other members needing KV head g get it from the primary over group links.
       for (size_t i = 0; i < m; ++i) {
         if (static_cast<int>(i) == p) continue;
         if (!needs[i * num_kv + g]) continue;
-        const double t = ring_seconds(mine, group.members[i].rank, per_kv_in);
+        const int replica = group.members[i].rank;
+        const double t = link_latency(mine, replica) + per_kv_in / cluster_.Bandwidth(mine, replica);
         ring_send[p] += t;
         ring_recv[i] += t;
       }

@@ -134,6 +134,35 @@ struct DistributedAttention::State {
   std::vector<int> kv_pos;       // index in role.kv_heads -> KV index inside its segment
 };
 
+namespace {
+
+// The kernel inputs of one block: the query heads of held segment `li` (with their KV index in the
+// segment) against the block of ring position `origin_pos`, laid out [K | V][seg heads][rows][d].
+AttentionInputs BlockInputs(const AttentionLayout& lay, const RankRole& role,
+                            const DistributedAttention::State& st, const LayoutGroup& group,
+                            int li, int origin_pos, const float* kv_block, int head_dim,
+                            float scale) {
+  const LayoutGroup& origin = lay.RingGroup(origin_pos);
+  const int64_t nk = origin.num_tokens(), n = st.n, d = head_dim;
+  const int64_t seg_heads = static_cast<int64_t>(lay.segments[role.segments[li]].kv_heads.size());
+  AttentionInputs in;
+  in.head_dim = head_dim;
+  in.scale = scale;
+  in.q_positions = group.positions;
+  in.k_positions = origin.positions;
+  for (int hi : st.seg_heads[li]) {
+    in.q.push_back(st.q.data() + hi * n * d);
+    in.kv_index.push_back(st.head_kv_pos[hi]);
+  }
+  for (int64_t index = 0; index < seg_heads; ++index) {
+    in.k.push_back(kv_block + index * nk * d);
+    in.v.push_back(kv_block + (seg_heads + index) * nk * d);
+  }
+  return in;
+}
+
+}  // namespace
+
 Result<void> CheckPlanAgreement(Comm& comm, const Plan& plan, int head_dim) {
   struct Entry {
     uint64_t hash;
@@ -350,24 +379,12 @@ Result<AttentionOutputs> DistributedAttention::Forward(std::span<const float> q,
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   auto compute = [&](int li, int origin_pos, const float* kv_block) {
     const Clock::time_point compute_start = Clock::now();
-    const LayoutGroup& origin = lay.RingGroup(origin_pos);
-    const int64_t nk = origin.num_tokens();
-    const int64_t seg_heads = static_cast<int64_t>(lay.segments[role.segments[li]].kv_heads.size());
-    AttentionInputs in;
-    in.head_dim = head_dim_;
-    in.scale = scale;
-    in.q_positions = group.positions;
-    in.k_positions = origin.positions;
+    const AttentionInputs in =
+        BlockInputs(lay, role, st, group, li, origin_pos, kv_block, head_dim_, scale);
     ForwardOutputs out;
     for (int hi : st.seg_heads[li]) {
-      in.q.push_back(st.q.data() + hi * n * d);
-      in.kv_index.push_back(st.head_kv_pos[hi]);
       out.o.push_back(st.o.data() + hi * n * d);
       out.lse.push_back(st.lse.data() + hi * n);
-    }
-    for (int64_t index = 0; index < seg_heads; ++index) {
-      in.k.push_back(kv_block + index * nk * d);
-      in.v.push_back(kv_block + (seg_heads + index) * nk * d);
     }
     AttentionForward(in, out, /*accumulate=*/true);
     times.compute += Since(compute_start);
@@ -546,26 +563,18 @@ Result<AttentionGradients> DistributedAttention::Backward(std::span<const float>
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   auto compute = [&](int li, int origin_pos, const float* kv_block, float* dkv_block) {
     const Clock::time_point compute_start = Clock::now();
-    const LayoutGroup& origin = lay.RingGroup(origin_pos);
-    const int64_t nk = origin.num_tokens();
-    const int64_t seg_heads = static_cast<int64_t>(lay.segments[role.segments[li]].kv_heads.size());
-    AttentionInputs in;
-    in.head_dim = head_dim_;
-    in.scale = scale;
-    in.q_positions = group.positions;
-    in.k_positions = origin.positions;
+    const AttentionInputs in =
+        BlockInputs(lay, role, st, group, li, origin_pos, kv_block, head_dim_, scale);
+    const int64_t nk = lay.RingGroup(origin_pos).num_tokens();
+    const int64_t seg_heads = static_cast<int64_t>(in.k.size());
     BackwardArgs args;
     for (int hi : st.seg_heads[li]) {
-      in.q.push_back(st.q.data() + hi * n * d);
-      in.kv_index.push_back(st.head_kv_pos[hi]);
       args.o.push_back(st.o.data() + hi * n * d);
       args.d_o.push_back(st.d_o.data() + hi * n * d);
       args.lse.push_back(st.lse.data() + hi * n);
       args.dq.push_back(st.dq.data() + hi * n * d);
     }
     for (int64_t index = 0; index < seg_heads; ++index) {
-      in.k.push_back(kv_block + index * nk * d);
-      in.v.push_back(kv_block + (seg_heads + index) * nk * d);
       args.dk.push_back(dkv_block + index * nk * d);
       args.dv.push_back(dkv_block + (seg_heads + index) * nk * d);
     }

@@ -87,6 +87,7 @@ class Builder {
   void BackwardPass(PassMarks& marks);
   // Positions visited by origin `o`'s block after leaving `o`, in ring order.
   std::vector<int> Path(int origin) const;
+  std::vector<int> RingKvMessages(const std::vector<int>& start);
   double BlockBytes(int origin, int kv_count) const {
     return static_cast<double>(groups_[origin].num_tokens) * kv_count * kv_bytes_per_token_head_;
   }
@@ -192,6 +193,44 @@ std::vector<int> Builder::Path(int origin) const {
   return path;
 }
 
+// Sends every segment's K/V blocks round its sub-ring, each leaving its origin's primary after
+// `start[primary]` and forwarded hop by hop (replicas get a copy where the block is needed).
+// Returns arrival[(seg * steps + origin) * ranks + rank] = the op delivering that block there.
+std::vector<int> Builder::RingKvMessages(const std::vector<int>& start) {
+  const int steps = static_cast<int>(groups_.size());
+  const int num_segs = static_cast<int>(segments_.size());
+  std::vector<int> arrival(static_cast<size_t>(num_segs) * steps * num_ranks_, -1);
+  auto at = [&](int seg, int origin, int rank) -> int& {
+    return arrival[(static_cast<size_t>(seg) * steps + origin) * num_ranks_ + rank];
+  };
+  for (int seg = 0; seg < num_segs; ++seg) {
+    const Segment& s = segments_[seg];
+    for (int origin = 0; origin < steps; ++origin) {
+      int prev = start[s.primary[origin]];
+      int prev_pos = origin;
+      for (int pos : Path(origin)) {
+        const int msg = Message(OpLabel::kRingKv, s.primary[prev_pos], s.primary[pos],
+                                BlockBytes(origin, static_cast<int>(s.kv_heads.size())), origin);
+        Dep(prev, msg);
+        at(seg, origin, s.primary[pos]) = msg;
+        if (pairs_[pos][origin] > 0)
+          for (int replica : s.replicas[pos]) {
+            const MemberInfo* m = nullptr;
+            for (const MemberInfo& cand : groups_[pos].members)
+              if (cand.rank == replica) m = &cand;
+            const int rep = Message(OpLabel::kReplicaKv, s.primary[pos], replica,
+                                    BlockBytes(origin, KvOverlap(*m, s)), origin);
+            Dep(msg, rep);
+            at(seg, origin, replica) = rep;
+          }
+        prev = msg;
+        prev_pos = pos;
+      }
+    }
+  }
+  return arrival;
+}
+
 void Builder::ForwardPass(PassMarks& marks) {
   const int steps = static_cast<int>(groups_.size());
   const int num_segs = static_cast<int>(segments_.size());
@@ -225,36 +264,11 @@ void Builder::ForwardPass(PassMarks& marks) {
         Dep(msg, marks.local_in[to.rank]);
       }
 
-  // Sub-rings: arrival[(seg * steps + origin) * ranks + rank] = op delivering the block.
-  std::vector<int> arrival(static_cast<size_t>(num_segs) * steps * num_ranks_, -1);
-  auto at = [&](int seg, int origin, int rank) -> int& {
+  // Sub-rings: the op delivering each (segment, origin) block to each rank.
+  const std::vector<int> arrival = RingKvMessages(marks.local_in);
+  auto at = [&](int seg, int origin, int rank) {
     return arrival[(static_cast<size_t>(seg) * steps + origin) * num_ranks_ + rank];
   };
-  for (int seg = 0; seg < num_segs; ++seg) {
-    const Segment& s = segments_[seg];
-    for (int origin = 0; origin < steps; ++origin) {
-      int prev = marks.local_in[s.primary[origin]];
-      int prev_pos = origin;
-      for (int pos : Path(origin)) {
-        const int msg = Message(OpLabel::kRingKv, s.primary[prev_pos], s.primary[pos],
-                                BlockBytes(origin, static_cast<int>(s.kv_heads.size())), origin);
-        Dep(prev, msg);
-        at(seg, origin, s.primary[pos]) = msg;
-        if (pairs_[pos][origin] > 0)
-          for (int replica : s.replicas[pos]) {
-            const MemberInfo* m = nullptr;
-            for (const MemberInfo& cand : groups_[pos].members)
-              if (cand.rank == replica) m = &cand;
-            const int rep = Message(OpLabel::kReplicaKv, s.primary[pos], replica,
-                                    BlockBytes(origin, KvOverlap(*m, s)), origin);
-            Dep(msg, rep);
-            at(seg, origin, replica) = rep;
-          }
-        prev = msg;
-        prev_pos = pos;
-      }
-    }
-  }
 
   // Attention: the diagonal block first, then one op per arriving origin block.
   for (int pos = 0; pos < steps; ++pos)
@@ -351,35 +365,10 @@ void Builder::BackwardPass(PassMarks& marks) {
       }
 
   // K/V go round again (from the start of the attention backward).
-  std::vector<int> arrival(static_cast<size_t>(num_segs) * steps * num_ranks_, -1);
-  auto at = [&](int seg, int origin, int rank) -> int& {
+  const std::vector<int> arrival = RingKvMessages(dout_done);
+  auto at = [&](int seg, int origin, int rank) {
     return arrival[(static_cast<size_t>(seg) * steps + origin) * num_ranks_ + rank];
   };
-  for (int seg = 0; seg < num_segs; ++seg) {
-    const Segment& s = segments_[seg];
-    for (int origin = 0; origin < steps; ++origin) {
-      int prev = dout_done[s.primary[origin]];
-      int prev_pos = origin;
-      for (int pos : Path(origin)) {
-        const int msg = Message(OpLabel::kRingKv, s.primary[prev_pos], s.primary[pos],
-                                BlockBytes(origin, static_cast<int>(s.kv_heads.size())), origin);
-        Dep(prev, msg);
-        at(seg, origin, s.primary[pos]) = msg;
-        if (pairs_[pos][origin] > 0)
-          for (int replica : s.replicas[pos]) {
-            const MemberInfo* m = nullptr;
-            for (const MemberInfo& cand : groups_[pos].members)
-              if (cand.rank == replica) m = &cand;
-            const int rep = Message(OpLabel::kReplicaKv, s.primary[pos], replica,
-                                    BlockBytes(origin, KvOverlap(*m, s)), origin);
-            Dep(msg, rep);
-            at(seg, origin, replica) = rep;
-          }
-        prev = msg;
-        prev_pos = pos;
-      }
-    }
-  }
 
   // Attention backward per block.
   std::vector<std::vector<int>> attn_op(num_ranks_, std::vector<int>(steps, -1));  // [rank][origin]

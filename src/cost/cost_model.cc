@@ -1,12 +1,12 @@
 #include "cost/cost_model.h"
 
-#include "spec/units.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
+
+#include "spec/units.h"
 
 namespace hexiseq {
 namespace {
@@ -53,6 +53,54 @@ double CostModel::KvBytesPerTokenPerKvHead() const {
 double CostModel::TransferSeconds(int a, int b, double bytes) const {
   if (bytes <= 0 || a == b) return 0;
   return cluster_.Latency(a, b) + bytes / cluster_.Bandwidth(a, b);
+}
+
+double CostModel::GradBucketBytes() const {
+  return model_.TotalParams() * k_.grad_bytes_per_param / model_.layers;
+}
+
+int CostModel::GradSyncPasses() const {
+  constexpr int kZero3Passes = 3;  // all-gather (forward), all-gather (backward), reduce-scatter
+  constexpr int kAllReducePasses = 2;  // reduce-scatter + all-gather
+  return workload_.zero_stage >= 3 ? kZero3Passes : kAllReducePasses;
+}
+
+double CostModel::GradSyncPassSeconds() const {
+  const int num_nodes = static_cast<int>(cluster_.nodes.size());
+  if (cluster_.num_ranks() <= 1) return 0;
+  const double bucket = GradBucketBytes();
+  // Phase A: each node's ring; every port carries one flow per step.
+  double intra_seconds = 0;
+  for (const NodeInfo& node : cluster_.nodes) {
+    if (node.num_ranks <= 1) continue;
+    const NodeKind& kind = cluster_.kinds[node.kind];
+    const double step =
+        kind.latency_seconds + bucket / node.num_ranks / kind.intra_node_bytes_per_second;
+    intra_seconds = std::max(intra_seconds, (node.num_ranks - 1) * step);
+  }
+  if (num_nodes <= 1) return intra_seconds;
+  // Phase B: the ring over nodes, every step bounded by its slowest node-to-node hop. A receiving
+  // GPU takes ceil(g_i / g_next) of the sender's flows on its NIC port.
+  double slowest_step = 0;
+  for (int index = 0; index < num_nodes; ++index) {
+    const NodeInfo& from = cluster_.nodes[index];
+    const NodeInfo& to = cluster_.nodes[(index + 1) % num_nodes];
+    const int flows_per_receiver = (from.num_ranks + to.num_ranks - 1) / to.num_ranks;
+    const double rate = std::min({cluster_.Bandwidth(from.first_rank, to.first_rank),
+                                  cluster_.NicPortBandwidth(to.kind) / flows_per_receiver,
+                                  cluster_.NicPortBandwidth(from.kind)});
+    const double flow_bytes = bucket / num_nodes / from.num_ranks;
+    slowest_step = std::max(slowest_step,
+                            cluster_.Latency(from.first_rank, to.first_rank) + flow_bytes / rate);
+  }
+  return intra_seconds + (num_nodes - 1) * slowest_step;
+}
+
+double CostModel::GradSyncTotalSeconds() const {
+  // ZeRO-3 gathers and reduce-scatters every sequence of the batch; lower stages accumulate
+  // gradients locally and synchronise once per iteration.
+  const double rounds = workload_.zero_stage >= 3 ? workload_.batch : 1.0;
+  return rounds * model_.layers * GradSyncPasses() * GradSyncPassSeconds();
 }
 
 MemoryBreakdown CostModel::ModelStateMemory() const {
@@ -178,8 +226,7 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
   };
   const double lin_flops_per_token = LinearForwardFlopsPerToken();
   const double mlp_fraction =
-      (model_.gated_mlp ? 3.0 : 2.0) * model_.hidden * model_.ffn_hidden /
-      model_.LayerGemmParams();
+      (model_.gated_mlp ? 3.0 : 2.0) * model_.hidden * model_.ffn_hidden / model_.LayerGemmParams();
   double a2a_in = 0, a2a_out = 0, lin_max = 0;
   std::vector<double>& lin = scratch.lin;
   std::vector<double>& a2a = scratch.a2a;
@@ -257,7 +304,8 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
         if (static_cast<int>(i) == p) continue;
         if (!needs[i * num_kv + g]) continue;
         const int replica = group.members[i].rank;
-        const double t = link_latency(mine, replica) + per_kv_in / cluster_.Bandwidth(mine, replica);
+        const double t =
+            link_latency(mine, replica) + per_kv_in / cluster_.Bandwidth(mine, replica);
         ring_send[p] += t;
         ring_recv[i] += t;
       }
@@ -278,7 +326,8 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
       out.last_block_fwd = std::max(out.last_block_fwd, last);
       // Backward: K/V go round again and dK/dV follow one hop behind, plus the hop home.
       bwd = std::max(k_.attention_backward_factor * compute,
-                     2 * comm + k_.attention_backward_factor * last) + hop;
+                     2 * comm + k_.attention_backward_factor * last) +
+            hop;
     }
     out.ring_fwd = std::max(out.ring_fwd, fwd);
     out.ring_bwd = std::max(out.ring_bwd, bwd);
@@ -292,15 +341,19 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
     const bool selective = workload_.recompute == Recompute::kSelective;
     const double head_flops = 2.0 * s[i] * model_.vocab * model_.hidden;
     rc.linear_seconds =
-        layers * lin[i] * (1 + k_.linear_backward_factor + (full ? 1 : selective ? mlp_fraction : 0)) +
+        layers * lin[i] *
+            (1 + k_.linear_backward_factor +
+             (full        ? 1
+              : selective ? mlp_fraction
+                          : 0)) +
         workload_.batch * (1 + k_.linear_backward_factor) * head_flops / dev.GemmFlops();
     rc.attention_seconds = layers * compute * (1 + k_.attention_backward_factor + (full ? 1 : 0));
     rc.all_to_all_seconds = layers * a2a[i] * (2 + (full ? 1 : 0));
     rc.ring_comm_seconds = layers * comm * (3 + (full ? 1 : 0));
-    rc.ring_exposed_seconds =
-        layers * ((fwd - compute) * (full ? 2 : 1) + (bwd - k_.attention_backward_factor * compute));
-    out.head_seconds = std::max(out.head_seconds, (1 + k_.linear_backward_factor) * head_flops /
-                                                      dev.GemmFlops());
+    rc.ring_exposed_seconds = layers * ((fwd - compute) * (full ? 2 : 1) +
+                                        (bwd - k_.attention_backward_factor * compute));
+    out.head_seconds =
+        std::max(out.head_seconds, (1 + k_.linear_backward_factor) * head_flops / dev.GemmFlops());
 
     // Memory.
     const double hidden = model_.hidden;
@@ -331,15 +384,15 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
 }
 
 std::vector<std::vector<double>> CostModel::AllToAllBytes(const PlanGroup& group,
-                                                         bool inbound) const {
+                                                          bool inbound) const {
   const size_t m = group.members.size();
   const double dh = model_.head_dim, bytes = workload_.bytes_per_element;
   std::vector<double> s(m), h(m), kv(m);
   for (size_t i = 0; i < m; ++i) {
     s[i] = static_cast<double>(TotalTokens(group.members[i].tokens));
     h[i] = static_cast<double>(group.members[i].heads.size());
-    kv[i] = static_cast<double>(KvHeadsOf(group.members[i].heads, model_.heads,
-                                          model_.kv_heads).size());
+    kv[i] = static_cast<double>(
+        KvHeadsOf(group.members[i].heads, model_.heads, model_.kv_heads).size());
   }
   std::vector<std::vector<double>> out(m, std::vector<double>(m, 0.0));
   for (size_t i = 0; i < m; ++i)
@@ -406,28 +459,13 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
 
   // Gradient synchronization over all ranks (weights are replicated across CP and HP), overlapped
   // with the iteration's compute except for the last bucket (one layer's worth).
-  const int n = cluster_.num_ranks();
-  double sync_seconds = 0;
-  if (n > 1) {
-    // ZeRO-3 gathers the weights for each sequence's forward and backward and reduce-scatters
-    // each sequence's gradients (3 passes per sequence); lower stages accumulate gradients
-    // locally and all-reduce once per iteration (2 passes).
-    const double passes = workload_.zero_stage >= 3 ? 3.0 * workload_.batch : 2.0;
-    const double volume = passes * (n - 1.0) / n * model_.TotalParams() * k_.grad_bytes_per_param;
-    bool multi_node = cluster_.nodes.size() > 1;
-    double bw = 1e30;
-    for (const RankInfo& r : cluster_.ranks) {
-      const NodeKind& kind = cluster_.kinds[r.kind];
-      bw = std::min(bw, multi_node ? kind.nic_bytes_per_second : kind.intra_node_bytes_per_second);
-    }
-    sync_seconds = volume / bw;
-  }
-  const double busy = cost.local_seconds + cost.ring_seconds + cost.recompute_seconds +
-                      cost.head_seconds;
-  cost.grad_sync_seconds = std::max(sync_seconds / model_.layers, sync_seconds - busy);
+  const double busy =
+      cost.local_seconds + cost.ring_seconds + cost.recompute_seconds + cost.head_seconds;
+  const double bucket_seconds = GradSyncPasses() * GradSyncPassSeconds();
+  cost.grad_sync_seconds = std::max(bucket_seconds, GradSyncTotalSeconds() - busy);
   cost.iteration_seconds = busy + cost.grad_sync_seconds;
-  cost.tokens_per_second = workload_.batch * static_cast<double>(workload_.seq_len) /
-                           cost.iteration_seconds;
+  cost.tokens_per_second =
+      workload_.batch * static_cast<double>(workload_.seq_len) / cost.iteration_seconds;
   for (RankCost& rc : cost.ranks) rc.grad_sync_seconds = cost.grad_sync_seconds;
 
   // Bottleneck: the largest phase and the rank that sets it.
@@ -439,13 +477,16 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
     for (const RankCost& rc : gc.members) {
       const double t = ring_dominates ? rc.attention_seconds + rc.ring_exposed_seconds
                                       : rc.linear_seconds + rc.all_to_all_seconds;
-      if (t > worst) { worst = t; cost.bottleneck_rank = rc.rank; }
+      if (t > worst) {
+        worst = t;
+        cost.bottleneck_rank = rc.rank;
+      }
     }
     if (ring_dominates)
-      cost.bottleneck_phase = std::max(gc.ring_comm_fwd, cost.ring_chain_seconds) >
-                                      gc.attn_compute_fwd
-                                  ? "ring communication"
-                                                                      : "attention compute";
+      cost.bottleneck_phase =
+          std::max(gc.ring_comm_fwd, cost.ring_chain_seconds) > gc.attn_compute_fwd
+              ? "ring communication"
+              : "attention compute";
     else
       cost.bottleneck_phase = gc.a2a > gc.lin_fwd ? "all-to-all" : "linear compute";
   }
@@ -462,15 +503,18 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
     size_t heads = 0;
     if (group_index >= 0)
       for (const PlanMember& mem : plan.groups[group_index].members)
-        if (mem.rank == rc.rank) { tokens = TotalTokens(mem.tokens); heads = mem.heads.size(); }
-    cost.infeasible_reason =
-        "rank " + std::to_string(rc.rank) + " (" + cluster_.device(rc.rank).name + ") needs " +
-        Gib(rc.memory_bytes) + " for " + std::to_string(tokens) + " tokens x " +
-        std::to_string(heads) + " heads (model state " +
-        Gib(rc.memory.weights + rc.memory.gradients + rc.memory.optimizer) + ", activations " +
-        Gib(rc.memory.activations) + ", attention " +
-        Gib(rc.memory.attention_working + rc.memory.ring_buffers) + "), has " +
-        Gib(rc.memory_capacity_bytes);
+        if (mem.rank == rc.rank) {
+          tokens = TotalTokens(mem.tokens);
+          heads = mem.heads.size();
+        }
+    cost.infeasible_reason = "rank " + std::to_string(rc.rank) + " (" +
+                             cluster_.device(rc.rank).name + ") needs " + Gib(rc.memory_bytes) +
+                             " for " + std::to_string(tokens) + " tokens x " +
+                             std::to_string(heads) + " heads (model state " +
+                             Gib(rc.memory.weights + rc.memory.gradients + rc.memory.optimizer) +
+                             ", activations " + Gib(rc.memory.activations) + ", attention " +
+                             Gib(rc.memory.attention_working + rc.memory.ring_buffers) + "), has " +
+                             Gib(rc.memory_capacity_bytes);
   }
   return cost;
 }
@@ -486,8 +530,8 @@ PlanCost CostModel::Evaluate(const Plan& plan) const {
 
 double CostModel::TotalLinearFlops() const {
   const double s = static_cast<double>(workload_.seq_len);
-  const double mlp_fraction = (model_.gated_mlp ? 3.0 : 2.0) * model_.hidden *
-                              model_.ffn_hidden / model_.LayerGemmParams();
+  const double mlp_fraction =
+      (model_.gated_mlp ? 3.0 : 2.0) * model_.hidden * model_.ffn_hidden / model_.LayerGemmParams();
   const double rec = workload_.recompute == Recompute::kFull        ? 1.0
                      : workload_.recompute == Recompute::kSelective ? mlp_fraction
                                                                     : 0.0;
@@ -511,9 +555,8 @@ double CostModel::IdealIterationSeconds() const {
   std::vector<std::pair<double, double>> rates;  // (gemm, attention) FLOP/s
   for (int r = 0; r < cluster_.num_ranks(); ++r)
     rates.push_back({cluster_.device(r).GemmFlops(), cluster_.device(r).AttentionFlops()});
-  std::sort(rates.begin(), rates.end(), [](const auto& a, const auto& b) {
-    return a.second / a.first < b.second / b.first;
-  });
+  std::sort(rates.begin(), rates.end(),
+            [](const auto& a, const auto& b) { return a.second / a.first < b.second / b.first; });
   auto fits = [&](double t) {
     double need_lin = lin, att_capacity = 0;
     for (const auto& [gemm, attn] : rates) {

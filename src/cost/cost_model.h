@@ -37,10 +37,10 @@ struct CostConstants {
 
 struct MemoryBreakdown {
   double weights = 0, gradients = 0, optimizer = 0;  // model state, by ZeRO stage
-  double activations = 0;         // token-layout activations kept for backward (by recompute)
-  double attention_working = 0;   // head-layout Q, K, V, O, dO, dQ, dK, dV of the group's tokens
-  double ring_buffers = 0;        // in-flight K/V and dK/dV blocks
-  double logits = 0;              // chunked loss
+  double activations = 0;        // token-layout activations kept for backward (by recompute)
+  double attention_working = 0;  // head-layout Q, K, V, O, dO, dQ, dK, dV of the group's tokens
+  double ring_buffers = 0;       // in-flight K/V and dK/dV blocks
+  double logits = 0;             // chunked loss
   double total() const {
     return weights + gradients + optimizer + activations + attention_working + ring_buffers +
            logits;
@@ -51,12 +51,12 @@ struct MemoryBreakdown {
 struct RankCost {
   int rank = 0;
   int group = -1;
-  double linear_seconds = 0;             // GEMMs incl. backward and recompute, LM head
-  double attention_seconds = 0;          // attention compute incl. backward and recompute
-  double all_to_all_seconds = 0;         // this rank's all-to-all transfers (not overlapped)
-  double ring_comm_seconds = 0;          // total sub-ring traffic time
-  double ring_exposed_seconds = 0;       // the part of it not hidden behind attention compute
-  double grad_sync_seconds = 0;          // exposed gradient synchronization
+  double linear_seconds = 0;        // GEMMs incl. backward and recompute, LM head
+  double attention_seconds = 0;     // attention compute incl. backward and recompute
+  double all_to_all_seconds = 0;    // this rank's all-to-all transfers (not overlapped)
+  double ring_comm_seconds = 0;     // total sub-ring traffic time
+  double ring_exposed_seconds = 0;  // the part of it not hidden behind attention compute
+  double grad_sync_seconds = 0;     // exposed gradient synchronization
   double compute_seconds() const { return linear_seconds + attention_seconds; }
   double exposed_comm_seconds() const {
     return all_to_all_seconds + ring_exposed_seconds + grad_sync_seconds;
@@ -79,7 +79,7 @@ struct GroupCost {
   // on the slowest incoming ring link of this group, that link's latency, and the largest
   // compute on one final block.
   double chain_seconds_per_token = 0, chain_latency = 0, last_block_fwd = 0;
-  double head_seconds = 0;             // LM head fwd + bwd for the group's slowest member
+  double head_seconds = 0;  // LM head fwd + bwd for the group's slowest member
   double max_memory_fraction = 0;
   int worst_memory_rank = -1;
   std::vector<RankCost> members;  // per-rank, but phase-level fields filled per layer x layers
@@ -92,12 +92,12 @@ struct PlanCost {
   std::string infeasible_reason;  // which rank, needs how much, has how much, hint
   double max_memory_fraction = 0;
   int bottleneck_rank = -1;
-  std::string bottleneck_phase;   // "attention compute", "ring communication", ...
+  std::string bottleneck_phase;  // "attention compute", "ring communication", ...
   // Per-iteration totals of each phase (the slowest group per phase, summed over layers).
   double local_seconds = 0, ring_seconds = 0, recompute_seconds = 0, head_seconds = 0,
          grad_sync_seconds = 0;
   double ring_chain_seconds = 0;  // per layer: the largest block's store-and-forward chain
-  std::vector<RankCost> ranks;  // indexed by rank
+  std::vector<RankCost> ranks;    // indexed by rank
 };
 
 class CostModel {
@@ -142,6 +142,19 @@ class CostModel {
   // Seconds to move `bytes` from rank a to rank b (alpha-beta).
   double TransferSeconds(int a, int b, double bytes) const;
 
+  // Gradient synchronisation, hierarchical as NCCL does across nodes. One layer's gradients form
+  // a bucket of GradBucketBytes(). A reduce-scatter pass is (A) a ring over each node's GPUs
+  // (g - 1 steps of bucket / g bytes, every node at once) and then (B) a ring over the nodes in
+  // cluster order, all GPUs of a node sending at once (N - 1 steps; GPU j of node i sends its
+  // bucket / (N g_i) share to GPU j mod g_{i+1} of the next node); an all-gather is the same two
+  // phases reversed, so it takes as long. Phases are separated by barriers. Under ZeRO-3 a bucket
+  // makes three passes per sequence (all-gather forward, all-gather backward, reduce-scatter),
+  // else two (an all-reduce) per iteration.
+  double GradBucketBytes() const;
+  int GradSyncPasses() const;
+  double GradSyncPassSeconds() const;   // one pass of one bucket: slowest node's A + B
+  double GradSyncTotalSeconds() const;  // every bucket of an iteration, not overlapped
+
   const Cluster& cluster() const { return cluster_; }
   const ModelSpec& model() const { return model_; }
   const Workload& workload() const { return workload_; }
@@ -149,7 +162,7 @@ class CostModel {
 
  private:
   double LinearForwardFlopsPerToken() const;  // all layers' GEMMs per token, one layer
-  double KvBytesPerTokenPerKvHead() const;     // K and V, one KV head
+  double KvBytesPerTokenPerKvHead() const;    // K and V, one KV head
 
   Cluster cluster_;
   ModelSpec model_;

@@ -11,28 +11,44 @@ namespace hexiseq::sim {
 
 const char* OpLabelName(OpLabel label) {
   switch (label) {
-    case OpLabel::kLinearPre: return "linear qkv";
-    case OpLabel::kLinearPost: return "linear o+mlp";
-    case OpLabel::kRecomputeMlp: return "recompute mlp";
-    case OpLabel::kAttention: return "attention";
-    case OpLabel::kAllToAllQkv: return "a2a qkv";
-    case OpLabel::kAllToAllO: return "a2a o";
-    case OpLabel::kRingKv: return "ring kv";
-    case OpLabel::kReplicaKv: return "replica kv";
-    case OpLabel::kRingDkv: return "ring dkv";
-    case OpLabel::kReplicaDkv: return "replica dkv";
-    case OpLabel::kGradSync: return "grad sync";
-    case OpLabel::kMarker: return "marker";
+    case OpLabel::kLinearPre:
+      return "linear qkv";
+    case OpLabel::kLinearPost:
+      return "linear o+mlp";
+    case OpLabel::kRecomputeMlp:
+      return "recompute mlp";
+    case OpLabel::kAttention:
+      return "attention";
+    case OpLabel::kAllToAllQkv:
+      return "a2a qkv";
+    case OpLabel::kAllToAllO:
+      return "a2a o";
+    case OpLabel::kRingKv:
+      return "ring kv";
+    case OpLabel::kReplicaKv:
+      return "replica kv";
+    case OpLabel::kRingDkv:
+      return "ring dkv";
+    case OpLabel::kReplicaDkv:
+      return "replica dkv";
+    case OpLabel::kGradSync:
+      return "grad sync";
+    case OpLabel::kMarker:
+      return "marker";
   }
   return "?";
 }
 
 const char* PassName(Pass pass) {
   switch (pass) {
-    case Pass::kForward: return "fwd";
-    case Pass::kRecompute: return "recompute";
-    case Pass::kBackward: return "bwd";
-    case Pass::kGradSync: return "grad-sync";
+    case Pass::kForward:
+      return "fwd";
+    case Pass::kRecompute:
+      return "recompute";
+    case Pass::kBackward:
+      return "bwd";
+    case Pass::kGradSync:
+      return "grad-sync";
   }
   return "?";
 }
@@ -64,7 +80,9 @@ struct EventAfter {
 // Rates are integers in units of 1e-6 bytes/ns (1 kB/s) so that sums over a resource do not
 // depend on the order of additions.
 constexpr double kRateUnitsPerBytePerNs = 1e6;
-int64_t Quantize(double bytes_per_ns) { return std::llround(bytes_per_ns * kRateUnitsPerBytePerNs); }
+int64_t Quantize(double bytes_per_ns) {
+  return std::llround(bytes_per_ns * kRateUnitsPerBytePerNs);
+}
 
 struct Resource {
   int64_t capacity = 0;    // rate units
@@ -136,13 +154,7 @@ EngineResult Engine::Run() const {
   auto nic_in = [&](int rank) {
     return pooled ? 4 * num_ranks + 2 * cluster_.ranks[rank].node + 1 : 4 * rank + 3;
   };
-  auto per_nic = [&](int kind_index) {
-    double bw = cluster_.kinds[kind_index].nic_bytes_per_second;
-    for (const LinkOverride& link : cluster_.links)
-      if (link.kind_a == kind_index || link.kind_b == kind_index)
-        bw = std::max(bw, link.bytes_per_second);
-    return bw * 1e-9;
-  };
+  auto per_nic = [&](int kind_index) { return cluster_.NicPortBandwidth(kind_index) * 1e-9; };
   for (int rank = 0; rank < num_ranks; ++rank) {
     const int kind = cluster_.ranks[rank].kind;
     const double intra = cluster_.kinds[kind].intra_node_bytes_per_second * 1e-9;
@@ -166,8 +178,9 @@ EngineResult Engine::Run() const {
   };
 
   // Per-rank compute streams and accounting.
-  std::vector<std::priority_queue<ReadyCompute, std::vector<ReadyCompute>,
-                                  std::greater<ReadyCompute>>> ready(num_ranks);
+  std::vector<
+      std::priority_queue<ReadyCompute, std::vector<ReadyCompute>, std::greater<ReadyCompute>>>
+      ready(num_ranks);
   std::vector<char> computing(num_ranks, 0);
   std::vector<int> active_msgs(num_ranks, 0);
   std::vector<int64_t> last_ns(num_ranks, 0);
@@ -423,7 +436,8 @@ EngineResult Engine::Run() const {
     }
   }
   HEXISEQ_CHECK(completed == num_ops, "simulation graph has a cycle or a dangling dependency");
-  for (const OpTiming& t : result.timings) result.makespan_ns = std::max(result.makespan_ns, t.end_ns);
+  for (const OpTiming& t : result.timings)
+    result.makespan_ns = std::max(result.makespan_ns, t.end_ns);
   for (int rank = 0; rank < num_ranks; ++rank) advance(rank, result.makespan_ns);
   return result;
 }

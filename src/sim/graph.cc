@@ -255,9 +255,8 @@ void Builder::ForwardPass(PassMarks& marks) {
     for (const MemberInfo& from : group.members)
       for (const MemberInfo& to : group.members) {
         if (from.rank == to.rank) continue;
-        const double bytes =
-            from.tokens * (to.heads + 2.0 * static_cast<double>(to.kv.size())) * head_dim_ *
-            elem_bytes_;
+        const double bytes = from.tokens * (to.heads + 2.0 * static_cast<double>(to.kv.size())) *
+                             head_dim_ * elem_bytes_;
         if (bytes <= 0) continue;
         const int msg = Message(OpLabel::kAllToAllQkv, from.rank, to.rank, bytes);
         Dep(lin_pre[from.rank], msg);
@@ -344,10 +343,9 @@ void Builder::BackwardPass(PassMarks& marks) {
         Dep(before, rec);
         before = rec;
       }
-      post_bwd[m.rank] =
-          Compute(OpLabel::kLinearPost, m.rank,
-                  k.linear_backward_factor * GemmSeconds(m, post_params_),
-                  Priority(pass_index_, 0, 1));
+      post_bwd[m.rank] = Compute(OpLabel::kLinearPost, m.rank,
+                                 k.linear_backward_factor * GemmSeconds(m, post_params_),
+                                 Priority(pass_index_, 0, 1));
       Dep(before, post_bwd[m.rank]);
       dout_done[m.rank] = Marker(m.rank);
       Dep(post_bwd[m.rank], dout_done[m.rank]);
@@ -406,8 +404,7 @@ void Builder::BackwardPass(PassMarks& marks) {
       for (int pos : Path(origin)) {
         if (acc >= 0) {  // forward the accumulator to this group's primary
           const int msg = Message(OpLabel::kRingDkv, s.primary[holder_pos], s.primary[pos],
-                                  BlockBytes(origin, static_cast<int>(s.kv_heads.size())),
-                                  origin);
+                                  BlockBytes(origin, static_cast<int>(s.kv_heads.size())), origin);
           Dep(acc, msg);
           acc = msg;
         }
@@ -453,8 +450,8 @@ void Builder::BackwardPass(PassMarks& marks) {
       for (const MemberInfo& to : group.members) {
         if (from.rank == to.rank) continue;
         const double bytes = static_cast<double>(to.tokens) *
-                             (from.heads + 2.0 * static_cast<double>(from.kv.size())) *
-                             head_dim_ * elem_bytes_;
+                             (from.heads + 2.0 * static_cast<double>(from.kv.size())) * head_dim_ *
+                             elem_bytes_;
         if (bytes <= 0) continue;
         const int msg = Message(OpLabel::kAllToAllQkv, from.rank, to.rank, bytes);
         Dep(ring_done[from.rank], msg);
@@ -516,33 +513,94 @@ LayerGraph BuildLayerGraph(const Plan& plan, const CostModel& cost, const GraphO
   return builder.Build();
 }
 
-double GradBucketBytes(const CostModel& cost) {
-  return cost.model().TotalParams() * cost.constants().grad_bytes_per_param /
-         cost.model().layers;
+namespace {
+
+Op GradSyncMessage(int from, int to, double bytes, int step) {
+  Op op;
+  op.kind = OpKind::kMessage;
+  op.label = OpLabel::kGradSync;
+  op.pass = Pass::kGradSync;
+  op.rank = from;
+  op.peer = to;
+  op.bytes = bytes;
+  op.arg = step;
+  return op;
 }
 
-void BuildGradSyncGraph(const CostModel& cost, Engine& engine) {
-  const int n = cost.cluster().num_ranks();
-  if (n <= 1) return;
-  const int passes = cost.workload().zero_stage >= 3 ? 3 : 2;
-  const double chunk = GradBucketBytes(cost) / n;
-  std::vector<int> prev(n, -1), cur(n, -1);
-  for (int step = 0; step < passes * (n - 1); ++step) {
-    for (int rank = 0; rank < n; ++rank) {
-      Op op;
-      op.kind = OpKind::kMessage;
-      op.label = OpLabel::kGradSync;
-      op.pass = Pass::kGradSync;
-      op.rank = rank;
-      op.peer = (rank + 1) % n;
-      op.bytes = chunk;
-      op.arg = step;
-      cur[rank] = engine.Add(op);
-      // A rank sends step s after it received step s - 1 (from its left neighbour).
-      if (prev[(rank + n - 1) % n] >= 0) engine.Depend(prev[(rank + n - 1) % n], cur[rank]);
+int GradSyncMarker(int rank, Engine& engine) {
+  Op op;
+  op.pass = Pass::kGradSync;
+  op.rank = rank;
+  return engine.Add(op);
+}
+
+// Phase A: a ring over each node's GPUs, g - 1 steps of bucket / g bytes; a GPU sends step s
+// once it has received step s - 1 and sent step s - 1 (a channel sends its chunks in order, so
+// two steps never share a port). Returns the ops that end the phase.
+std::vector<int> IntraNodeRings(const Cluster& cluster, double bucket, Engine& engine) {
+  std::vector<int> ends;
+  for (const NodeInfo& node : cluster.nodes) {
+    const int size = node.num_ranks;
+    std::vector<int> received(size, -1), sent(size, -1);
+    for (int step = 0; step + 1 < size; ++step) {
+      for (int local = 0; local < size; ++local) {
+        const int from = node.first_rank + local;
+        const int to = node.first_rank + (local + 1) % size;
+        const int message = engine.Add(GradSyncMessage(from, to, bucket / size, step));
+        if (received[local] >= 0) engine.Depend(received[local], message);
+        if (sent[local] >= 0) engine.Depend(sent[local], message);  // one channel: in order
+        sent[local] = message;
+      }
+      for (int local = 0; local < size; ++local) received[(local + 1) % size] = sent[local];
     }
-    std::swap(prev, cur);
+    for (int op : received)
+      if (op >= 0) ends.push_back(op);
   }
+  return ends;
+}
+
+// Phase B: a ring over the nodes, N - 1 steps; at each step every GPU j of node i sends its
+// bucket / (N g_i) share to GPU j mod g_{i+1} of the next node, after its node has received the
+// whole previous step (a per-node join) and after its own previous send (in order).
+void InterNodeRing(const Cluster& cluster, double bucket, int start, Engine& engine) {
+  const int num_nodes = static_cast<int>(cluster.nodes.size());
+  std::vector<int> node_ready(num_nodes, start);
+  std::vector<int> last_sent(cluster.num_ranks(), -1);
+  for (int step = 0; step + 1 < num_nodes; ++step) {
+    std::vector<int> node_received(num_nodes, -1);
+    for (int index = 0; index < num_nodes; ++index) {
+      const NodeInfo& to = cluster.nodes[(index + 1) % num_nodes];
+      node_received[(index + 1) % num_nodes] = GradSyncMarker(to.first_rank, engine);
+    }
+    for (int index = 0; index < num_nodes; ++index) {
+      const NodeInfo& from = cluster.nodes[index];
+      const NodeInfo& to = cluster.nodes[(index + 1) % num_nodes];
+      const double flow_bytes = bucket / num_nodes / from.num_ranks;
+      for (int local = 0; local < from.num_ranks; ++local) {
+        const int message = engine.Add(GradSyncMessage(
+            from.first_rank + local, to.first_rank + local % to.num_ranks, flow_bytes, step));
+        engine.Depend(node_ready[index], message);
+        engine.Depend(message, node_received[(index + 1) % num_nodes]);
+        int& previous = last_sent[from.first_rank + local];
+        if (previous >= 0) engine.Depend(previous, message);
+        previous = message;
+      }
+    }
+    node_ready = node_received;
+  }
+}
+
+}  // namespace
+
+void BuildGradSyncGraph(const CostModel& cost, Engine& engine) {
+  const Cluster& cluster = cost.cluster();
+  if (cluster.num_ranks() <= 1) return;
+  const double bucket = cost.GradBucketBytes();
+  const std::vector<int> intra_ends = IntraNodeRings(cluster, bucket, engine);
+  if (cluster.nodes.size() <= 1) return;
+  const int barrier = GradSyncMarker(0, engine);
+  for (int op : intra_ends) engine.Depend(op, barrier);
+  InterNodeRing(cluster, bucket, barrier, engine);
 }
 
 }  // namespace hexiseq::sim

@@ -18,8 +18,8 @@
 namespace hexiseq::sim {
 
 struct GraphOptions {
-  int explicit_layers = 1;          // layers built explicitly; the iteration scales them
-  bool skip_masked_blocks = true;   // a K/V block is not forwarded past the last group needing it
+  int explicit_layers = 1;         // layers built explicitly; the iteration scales them
+  bool skip_masked_blocks = true;  // a K/V block is not forwarded past the last group needing it
 };
 
 // Per pass, per rank: the ops that end the pass's phases (-1 for ranks without work).
@@ -43,10 +43,10 @@ struct LayerGraph {
 LayerGraph BuildLayerGraph(const Plan& plan, const CostModel& cost, const GraphOptions& options,
                            Engine& engine);
 
-// One layer's gradient bucket synchronised by a ring over all ranks in rank order:
-// reduce-scatter + all-gather (+ a second all-gather for ZeRO-3's backward), each step a message
-// of bucket / n bytes to the next rank.
+// One reduce-scatter pass of one layer's gradient bucket, the cost model's hierarchical
+// algorithm (CostModel::GradSyncPassSeconds) message by message: a ring inside every node, a
+// barrier, then a ring over the nodes with all GPUs of a node sending at once. An all-gather pass
+// is the same messages reversed; the simulator scales this pass by CostModel::GradSyncPasses().
 void BuildGradSyncGraph(const CostModel& cost, Engine& engine);
-double GradBucketBytes(const CostModel& cost);
 
 }  // namespace hexiseq::sim

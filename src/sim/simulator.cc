@@ -13,6 +13,21 @@ int64_t EndOf(const std::vector<OpTiming>& timings, int op) {
   return op >= 0 ? timings[op].end_ns : 0;
 }
 
+// Per explicit layer, the slowest rank's selective-recompute op, summed over layers.
+double SelectiveRecomputeSeconds(const std::vector<Op>& ops, const std::vector<OpTiming>& timings) {
+  std::vector<int64_t> slowest_by_layer;
+  for (size_t id = 0; id < ops.size(); ++id) {
+    if (ops[id].label != OpLabel::kRecomputeMlp) continue;
+    const size_t layer = static_cast<size_t>(ops[id].layer);
+    if (slowest_by_layer.size() <= layer) slowest_by_layer.resize(layer + 1, 0);
+    slowest_by_layer[layer] =
+        std::max(slowest_by_layer[layer], timings[id].end_ns - timings[id].start_ns);
+  }
+  int64_t total = 0;
+  for (int64_t ns : slowest_by_layer) total += ns;
+  return Seconds(total);
+}
+
 }  // namespace
 
 Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOptions& options) {
@@ -21,9 +36,9 @@ Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOpt
   const ModelSpec& model = cost.model();
   const Workload& workload = cost.workload();
   if (options.explicit_layers < 1 || options.explicit_layers > model.layers)
-    return InvalidArgument("simulate: explicit_layers = " +
-                           std::to_string(options.explicit_layers) + ": must be in 1.." +
-                           std::to_string(model.layers) + " (the model's layers)");
+    return InvalidArgument(
+        "simulate: explicit_layers = " + std::to_string(options.explicit_layers) +
+        ": must be in 1.." + std::to_string(model.layers) + " (the model's layers)");
   if (options.nics_per_node < 0)
     return InvalidArgument("simulate: nics_per_node = " + std::to_string(options.nics_per_node) +
                            ": must be >= 0 (0 means one NIC per GPU)");
@@ -52,7 +67,9 @@ Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOpt
   out.layer_seconds = Seconds(layer_run.makespan_ns);
   for (double h : graph.head_seconds) out.head_seconds = std::max(out.head_seconds, h);
   const double busy = batch * (scale * out.layer_seconds + out.head_seconds);
-  out.grad_bucket_seconds = Seconds(sync_run.makespan_ns);
+  // One simulated pass; a bucket makes GradSyncPasses() of them (all-gathers mirror it).
+  const int sync_passes = cost.GradSyncPasses();
+  out.grad_bucket_seconds = sync_passes * Seconds(sync_run.makespan_ns);
   // ZeRO-3 gathers weights and reduce-scatters gradients for every sequence of the batch; lower
   // stages accumulate locally and synchronise once per iteration (as the cost model).
   const double sync_rounds = workload.zero_stage >= 3 ? batch : 1.0;
@@ -61,15 +78,15 @@ Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOpt
       std::max(out.grad_bucket_seconds, out.grad_sync_total_seconds - busy);
   if (num_ranks <= 1) out.grad_sync_exposed_seconds = 0;
   out.iteration_seconds = busy + out.grad_sync_exposed_seconds;
-  out.tokens_per_second =
-      batch * static_cast<double>(workload.seq_len) / out.iteration_seconds;
+  out.tokens_per_second = batch * static_cast<double>(workload.seq_len) / out.iteration_seconds;
   out.events = layer_run.events + sync_run.events;
   out.segments = graph.num_segments;
   for (const Op& op : layer_engine.ops()) {
     if (op.kind == OpKind::kMessage) ++out.messages;
     if (op.kind == OpKind::kCompute) ++out.compute_ops;
   }
-  out.messages += static_cast<int64_t>(sync_engine.ops().size());
+  for (const Op& op : sync_engine.ops())
+    if (op.kind == OpKind::kMessage) ++out.messages;
 
   const PlanCost predicted = cost.Evaluate(plan);
   out.feasible = predicted.feasible;
@@ -86,7 +103,7 @@ Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOpt
     const RankStats& ss = sync_run.ranks[rank];
     r.busy_seconds = batch * (scale * Seconds(ls.busy_ns) + graph.head_seconds[rank]);
     r.idle_seconds = std::max(0.0, out.iteration_seconds - r.busy_seconds);
-    const double sync_comm = sync_rounds * model.layers * Seconds(ss.comm_ns);
+    const double sync_comm = sync_rounds * model.layers * sync_passes * Seconds(ss.comm_ns);
     r.comm_seconds = batch * scale * Seconds(ls.comm_ns) + sync_comm;
     r.exposed_comm_seconds = batch * scale * Seconds(ls.comm_exposed_ns) +
                              std::min(out.grad_sync_exposed_seconds, sync_comm);
@@ -113,6 +130,11 @@ Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOpt
     }
     prev_end = end;
   }
+  // Selective recompute runs the MLP forward at the start of each backward pass: its slowest
+  // rank's op is the recompute term, not part of the local phase.
+  const double selective = SelectiveRecomputeSeconds(layer_engine.ops(), layer_run.timings);
+  recompute += selective;
+  local -= selective;
   const double per_iteration = batch * scale;
   out.terms = {
       {"local (linear + all-to-all)", predicted.local_seconds, per_iteration * local},
@@ -182,8 +204,8 @@ std::string SimResultToJson(const SimResult& result) {
   j["ranks"] = ranks;
   nlohmann::ordered_json terms = nlohmann::ordered_json::array();
   for (const SimTerm& t : result.terms)
-    terms.push_back({{"term", t.name}, {"model_seconds", t.model_seconds},
-                     {"sim_seconds", t.sim_seconds}});
+    terms.push_back(
+        {{"term", t.name}, {"model_seconds", t.model_seconds}, {"sim_seconds", t.sim_seconds}});
   j["terms"] = terms;
   return j.dump(2) + "\n";
 }

@@ -287,6 +287,14 @@ double Cluster::Latency(int a, int b) const {
   return inter_node_latency_seconds;
 }
 
+double Cluster::NicPortBandwidth(int kind) const {
+  double bandwidth = kinds[kind].nic_bytes_per_second;
+  for (const LinkOverride& link : links)
+    if (link.kind_a == kind || link.kind_b == kind)
+      bandwidth = std::max(bandwidth, link.bytes_per_second);
+  return bandwidth;
+}
+
 double Cluster::TotalGemmFlops() const {
   double total = 0;
   for (const RankInfo& rank : ranks) total += kinds[rank.kind].device.GemmFlops();

@@ -58,6 +58,9 @@ struct Cluster {
   // Per-direction bytes/s from rank a to rank b (a != b).
   double Bandwidth(int a, int b) const;
   double Latency(int a, int b) const;
+  // Per-direction capacity of one GPU's NIC port of node kind `kind`: its `nic`, raised to the
+  // fastest `links:` override that involves the kind (a link cannot be faster than its ports).
+  double NicPortBandwidth(int kind) const;
   bool SameNode(int a, int b) const { return ranks[a].node == ranks[b].node; }
   // Sum over ranks of effective GEMM / attention FLOP/s.
   double TotalGemmFlops() const;

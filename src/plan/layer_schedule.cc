@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <string>
 
 namespace hexiseq {
@@ -298,16 +299,22 @@ void BuildChains(LayerSchedule& schedule) {
     first_position[ring_pos] = tokens.front().begin;
     last_position[ring_pos] = tokens.back().end - 1;
   }
+  std::vector<int> ring_order(ring_groups);
+  std::iota(ring_order.begin(), ring_order.end(), 0);
   schedule.chains.resize(ring_groups);
   for (int origin = 0; origin < ring_groups; ++origin) {
     BlockChain& chain = schedule.chains[origin];
     const Ranges& keys = schedule.RingGroup(origin).tokens;
     chain.origin = origin;
     chain.own_pairs = CausalPairs(keys, keys);
+    // Some query sees some key exactly when the last query is at or after the first key.
+    auto needs_origin = [&](int ring_pos) {
+      return ring_pos != origin && last_position[ring_pos] >= first_position[origin];
+    };
+    chain.hops.reserve(std::count_if(ring_order.begin(), ring_order.end(), needs_origin));
     for (int distance = 1; distance < ring_groups; ++distance) {
       const int ring_pos = (origin + distance) % ring_groups;
-      // Some query sees some key exactly when the last query is at or after the first key.
-      if (last_position[ring_pos] < first_position[origin]) continue;
+      if (!needs_origin(ring_pos)) continue;
       const int64_t pairs = CausalPairs(schedule.RingGroup(ring_pos).tokens, keys);
       chain.hops.push_back(ChainHop{ring_pos, pairs});
     }

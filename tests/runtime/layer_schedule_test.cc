@@ -183,7 +183,7 @@ TEST(LayerSchedule, BadSizesAndBadPlansAreErrors) {
 }
 
 TEST(LayerSchedule, ThousandGroupZigzagRingVisitsEveryOtherGroup) {
-  // hetero-ring shape at 1024 ranks with zigzag: every group needs every earlier one.
+  // One group per rank at 1024 ranks, zigzag shards: every group needs every other group.
   const int ranks = 1024;
   const Plan plan = RingPlan(ranks, int64_t{1} << 20, 64, 8, true);
   auto schedule = BuildLayerSchedule(plan, Fp32Sizes(128));

@@ -85,8 +85,8 @@ struct KvSegment {
   // member order; front() is the primary (receives, forwards, returns), the rest are replicas.
   // Empty only when that group needs none of these KV heads (never in a valid plan).
   std::vector<std::vector<int>> holders;
-  // holder_query_heads[ring_pos][i]: query heads of holders[ring_pos][i] whose KV head is in
-  // the segment (the heads it computes on each block of this segment).
+  // holder_query_heads[ring_pos][i]: how many query heads of holders[ring_pos][i] use a KV head
+  // of the segment (the heads it computes on each block of this segment).
   std::vector<std::vector<int>> holder_query_heads;
 
   int Primary(int ring_pos) const { return holders[ring_pos].front(); }

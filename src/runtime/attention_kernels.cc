@@ -213,95 +213,218 @@ void MaskStacked(float* s, int64_t ld, const int64_t* q_pos, int64_t rows, int64
   }
 }
 
+// Scratch of one KV group's forward: the stacked query tile, the score tile and the running
+// online-softmax state per stacked row (max, sum, unnormalized output).
+struct ForwardTile {
+  ForwardTile(int64_t stacked_heads, int64_t block_rows, int64_t head_dim)
+      : queries(stacked_heads * block_rows * head_dim),
+        scores(stacked_heads * block_rows * kBlockK),
+        acc(stacked_heads * block_rows * head_dim),
+        running_max(stacked_heads * block_rows),
+        running_sum(stacked_heads * block_rows) {}
+  std::vector<float> queries, scores, acc, running_max, running_sum;
+};
+
+// Packs Q of the query block and sets the running state from (o, lse) when accumulating, so that
+// o = acc / sum and lse = max + log(sum) on entry.
+void LoadForwardState(const AttentionInputs& in, const ForwardOutputs& out, bool accumulate,
+                      const KvGroup& group, const Block& query_block, ForwardTile& tile) {
+  const int64_t head_dim = in.head_dim;
+  const int64_t rows = query_block.size();
+  for (size_t stacked = 0; stacked < group.heads.size(); ++stacked) {
+    const int head = group.heads[stacked];
+    std::copy_n(in.q[head] + query_block.begin * head_dim, rows * head_dim,
+                tile.queries.data() + stacked * rows * head_dim);
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t global_row = query_block.begin + row;
+      const int64_t tile_row = stacked * rows + row;
+      float* acc_row = tile.acc.data() + tile_row * head_dim;
+      const float lse = out.lse[head][global_row];
+      if (accumulate && lse != kNegInf) {
+        tile.running_max[tile_row] = lse;
+        tile.running_sum[tile_row] = 1.0f;
+        std::copy_n(out.o[head] + global_row * head_dim, head_dim, acc_row);
+      } else {
+        tile.running_max[tile_row] = kNegInf;
+        tile.running_sum[tile_row] = 0.0f;
+        std::fill_n(acc_row, head_dim, 0.0f);
+      }
+    }
+  }
+}
+
+// Merges one key tile into the running state: S = scale Q K^T (masked), online softmax, acc += P V.
+void ForwardKeyTile(const AttentionInputs& in, const KvGroup& group, const Block& query_block,
+                    const Block& key_block, TileKind kind, ForwardTile& tile) {
+  const RowOps& ops = Ops();
+  const int64_t head_dim = in.head_dim;
+  const int64_t stacked_heads = static_cast<int64_t>(group.heads.size());
+  const int64_t rows = query_block.size();
+  const int64_t tile_rows = stacked_heads * rows;
+  const int64_t cols = key_block.size();
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile_rows, cols, head_dim, in.scale,
+              tile.queries.data(), head_dim, in.k[group.kv] + key_block.begin * head_dim, head_dim,
+              0.0f, tile.scores.data(), kBlockK);
+  if (kind == TileKind::kPartial) {
+    MaskStacked(tile.scores.data(), kBlockK, in.q_positions.data() + query_block.begin, rows,
+                stacked_heads, in.k_positions.data() + key_block.begin, cols);
+  }
+  for (int64_t tile_row = 0; tile_row < tile_rows; ++tile_row) {
+    float* score_row = tile.scores.data() + tile_row * kBlockK;
+    float& running_max = tile.running_max[tile_row];
+    const float new_max = std::max(running_max, ops.row_max(score_row, cols));
+    if (new_max == kNegInf) {  // no visible key yet: the row contributes nothing
+      std::fill_n(score_row, cols, 0.0f);
+      continue;
+    }
+    const float sum = ops.exp_shift_sum(score_row, cols, new_max);
+    const float rescale = running_max == kNegInf ? 0.0f : std::exp(running_max - new_max);
+    if (rescale != 1.0f) {
+      float* acc_row = tile.acc.data() + tile_row * head_dim;
+      for (int64_t col = 0; col < head_dim; ++col) acc_row[col] *= rescale;
+    }
+    tile.running_sum[tile_row] = tile.running_sum[tile_row] * rescale + sum;
+    running_max = new_max;
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile_rows, head_dim, cols, 1.0f,
+              tile.scores.data(), kBlockK, in.v[group.kv] + key_block.begin * head_dim, head_dim,
+              1.0f, tile.acc.data(), head_dim);
+}
+
+// Writes o = acc / sum and lse = max + log(sum); rows that saw no key get o = 0, lse = -inf.
+void StoreForwardOutputs(const AttentionInputs& in, const ForwardOutputs& out, const KvGroup& group,
+                         const Block& query_block, const ForwardTile& tile) {
+  const int64_t head_dim = in.head_dim;
+  const int64_t rows = query_block.size();
+  for (size_t stacked = 0; stacked < group.heads.size(); ++stacked) {
+    const int head = group.heads[stacked];
+    for (int64_t row = 0; row < rows; ++row) {
+      const int64_t global_row = query_block.begin + row;
+      const int64_t tile_row = stacked * rows + row;
+      float* o_row = out.o[head] + global_row * head_dim;
+      const float* acc_row = tile.acc.data() + tile_row * head_dim;
+      const float sum = tile.running_sum[tile_row];
+      if (sum > 0.0f) {
+        const float inverse = 1.0f / sum;
+        for (int64_t col = 0; col < head_dim; ++col) o_row[col] = acc_row[col] * inverse;
+        out.lse[head][global_row] = tile.running_max[tile_row] + std::log(sum);
+      } else {
+        std::fill_n(o_row, head_dim, 0.0f);
+        out.lse[head][global_row] = kNegInf;
+      }
+    }
+  }
+}
+
+// Scratch of one KV group's backward: stacked Q, dO and dQ tiles, probabilities P and their
+// gradient dP (reused for dS), and per stacked row LSE and delta = rowsum(dO * O).
+struct BackwardTile {
+  BackwardTile(int64_t stacked_heads, int64_t block_rows, int64_t head_dim)
+      : queries(stacked_heads * block_rows * head_dim),
+        grad_outputs(stacked_heads * block_rows * head_dim),
+        grad_queries(stacked_heads * block_rows * head_dim),
+        probs(stacked_heads * block_rows * kBlockK),
+        grad_probs(stacked_heads * block_rows * kBlockK),
+        delta(stacked_heads * block_rows),
+        lse(stacked_heads * block_rows) {}
+  std::vector<float> queries, grad_outputs, grad_queries, probs, grad_probs, delta, lse;
+};
+
+// Packs Q, dO and LSE of the query block, computes delta, clears the dQ tile.
+void LoadBackwardTile(const AttentionInputs& in, const BackwardArgs& args, const KvGroup& group,
+                      const Block& query_block, BackwardTile& tile) {
+  const int64_t head_dim = in.head_dim;
+  const int64_t rows = query_block.size();
+  for (size_t stacked = 0; stacked < group.heads.size(); ++stacked) {
+    const int head = group.heads[stacked];
+    const int64_t tile_offset = stacked * rows * head_dim;
+    std::copy_n(in.q[head] + query_block.begin * head_dim, rows * head_dim,
+                tile.queries.data() + tile_offset);
+    std::copy_n(args.d_o[head] + query_block.begin * head_dim, rows * head_dim,
+                tile.grad_outputs.data() + tile_offset);
+    std::copy_n(args.lse[head] + query_block.begin, rows, tile.lse.data() + stacked * rows);
+    for (int64_t row = 0; row < rows; ++row) {
+      const float* o_row = args.o[head] + (query_block.begin + row) * head_dim;
+      const float* do_row = args.d_o[head] + (query_block.begin + row) * head_dim;
+      float dot = 0;
+      for (int64_t col = 0; col < head_dim; ++col) dot += o_row[col] * do_row[col];
+      tile.delta[stacked * rows + row] = dot;
+    }
+  }
+  std::fill_n(tile.grad_queries.begin(), group.heads.size() * rows * head_dim, 0.0f);
+}
+
+// One key tile of the backward: P = exp(S - LSE), dV += P^T dO, dP = dO V^T,
+// dS = scale P (dP - delta), dQ += dS K, dK += dS^T Q.
+void BackwardKeyTile(const AttentionInputs& in, const BackwardArgs& args, const KvGroup& group,
+                     const Block& query_block, const Block& key_block, TileKind kind,
+                     BackwardTile& tile) {
+  const RowOps& ops = Ops();
+  const int64_t head_dim = in.head_dim;
+  const int64_t stacked_heads = static_cast<int64_t>(group.heads.size());
+  const int64_t rows = query_block.size();
+  const int64_t tile_rows = stacked_heads * rows;
+  const int64_t cols = key_block.size();
+  const int64_t key_offset = key_block.begin * head_dim;
+  const float* keys = in.k[group.kv] + key_offset;
+  const float* values = in.v[group.kv] + key_offset;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile_rows, cols, head_dim, in.scale,
+              tile.queries.data(), head_dim, keys, head_dim, 0.0f, tile.probs.data(), kBlockK);
+  if (kind == TileKind::kPartial) {
+    MaskStacked(tile.probs.data(), kBlockK, in.q_positions.data() + query_block.begin, rows,
+                stacked_heads, in.k_positions.data() + key_block.begin, cols);
+  }
+  for (int64_t tile_row = 0; tile_row < tile_rows; ++tile_row) {
+    float* prob_row = tile.probs.data() + tile_row * kBlockK;
+    if (tile.lse[tile_row] == kNegInf) {
+      std::fill_n(prob_row, cols, 0.0f);
+    } else {
+      ops.exp_shift_sum(prob_row, cols, tile.lse[tile_row]);
+    }
+  }
+  // dV += P^T dO (summed over the stacked heads by the GEMM's inner dimension)
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, head_dim, tile_rows, 1.0f,
+              tile.probs.data(), kBlockK, tile.grad_outputs.data(), head_dim, 1.0f,
+              args.dv[group.kv] + key_offset, head_dim);
+  // dP = dO V^T
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile_rows, cols, head_dim, 1.0f,
+              tile.grad_outputs.data(), head_dim, values, head_dim, 0.0f, tile.grad_probs.data(),
+              kBlockK);
+  // dS = scale * P * (dP - delta), stored over dP.
+  for (int64_t tile_row = 0; tile_row < tile_rows; ++tile_row) {
+    const float* prob_row = tile.probs.data() + tile_row * kBlockK;
+    float* grad_score_row = tile.grad_probs.data() + tile_row * kBlockK;
+    const float row_delta = tile.delta[tile_row];
+    for (int64_t col = 0; col < cols; ++col) {
+      grad_score_row[col] = in.scale * prob_row[col] * (grad_score_row[col] - row_delta);
+    }
+  }
+  // dQ += dS K ; dK += dS^T Q
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile_rows, head_dim, cols, 1.0f,
+              tile.grad_probs.data(), kBlockK, keys, head_dim, 1.0f, tile.grad_queries.data(),
+              head_dim);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, head_dim, tile_rows, 1.0f,
+              tile.grad_probs.data(), kBlockK, tile.queries.data(), head_dim, 1.0f,
+              args.dk[group.kv] + key_offset, head_dim);
+}
+
 }  // namespace
 
 void AttentionForward(const AttentionInputs& in, const ForwardOutputs& out, bool accumulate) {
   CheckShapes(in);
   HEXISEQ_CHECK(out.o.size() == in.q.size() && out.lse.size() == in.q.size(),
                 "one output per query head");
-  const RowOps& ops = Ops();
-  const int64_t d = in.head_dim;
-  const std::vector<Block> k_blocks = Blocks(in.k_positions, kBlockK);
+  const std::vector<Block> key_blocks = Blocks(in.k_positions, kBlockK);
   for (const KvGroup& group : GroupByKv(in)) {
-    const int64_t nh = static_cast<int64_t>(group.heads.size());
-    const int64_t block_q = QueryBlock(group.heads.size());
-    const std::vector<Block> q_blocks = Blocks(in.q_positions, block_q);
-    const float* k = in.k[group.kv];
-    const float* v = in.v[group.kv];
-    std::vector<float> q_tile(nh * block_q * d);
-    std::vector<float> s(nh * block_q * kBlockK);
-    std::vector<float> acc(nh * block_q * d);
-    std::vector<float> m(nh * block_q);
-    std::vector<float> l(nh * block_q);
-    for (const Block& qb : q_blocks) {
-      const int64_t rows = qb.size();
-      const int64_t tile_rows = nh * rows;
-      // Pack Q and set the running state (m, l, acc), with o = acc / l and lse = m + log(l).
-      for (int64_t hi = 0; hi < nh; ++hi) {
-        const int head = group.heads[hi];
-        std::copy_n(in.q[head] + qb.begin * d, rows * d, q_tile.data() + hi * rows * d);
-        for (int64_t row = 0; row < rows; ++row) {
-          const int64_t global_row = qb.begin + row;
-          const int64_t t = hi * rows + row;
-          float* acc_row = acc.data() + t * d;
-          const float lse = out.lse[head][global_row];
-          if (accumulate && lse != kNegInf) {
-            m[t] = lse;
-            l[t] = 1.0f;
-            std::copy_n(out.o[head] + global_row * d, d, acc_row);
-          } else {
-            m[t] = kNegInf;
-            l[t] = 0.0f;
-            std::fill_n(acc_row, d, 0.0f);
-          }
-        }
+    const int64_t block_rows = QueryBlock(group.heads.size());
+    ForwardTile tile(static_cast<int64_t>(group.heads.size()), block_rows, in.head_dim);
+    for (const Block& query_block : Blocks(in.q_positions, block_rows)) {
+      LoadForwardState(in, out, accumulate, group, query_block, tile);
+      for (const Block& key_block : key_blocks) {
+        const TileKind kind = Classify(query_block, key_block);
+        if (kind != TileKind::kSkip) ForwardKeyTile(in, group, query_block, key_block, kind, tile);
       }
-      for (const Block& kb : k_blocks) {
-        const TileKind kind = Classify(qb, kb);
-        if (kind == TileKind::kSkip) continue;
-        const int64_t cols = kb.size();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile_rows, cols, d, in.scale,
-                    q_tile.data(), d, k + kb.begin * d, d, 0.0f, s.data(), kBlockK);
-        if (kind == TileKind::kPartial) {
-          MaskStacked(s.data(), kBlockK, in.q_positions.data() + qb.begin, rows, nh,
-                      in.k_positions.data() + kb.begin, cols);
-        }
-        for (int64_t t = 0; t < tile_rows; ++t) {
-          float* s_row = s.data() + t * kBlockK;
-          const float m_new = std::max(m[t], ops.row_max(s_row, cols));
-          if (m_new == kNegInf) {  // no visible key yet: the row contributes nothing
-            std::fill_n(s_row, cols, 0.0f);
-            continue;
-          }
-          const float sum = ops.exp_shift_sum(s_row, cols, m_new);
-          const float alpha = m[t] == kNegInf ? 0.0f : std::exp(m[t] - m_new);
-          if (alpha != 1.0f) {
-            float* acc_row = acc.data() + t * d;
-            for (int64_t col = 0; col < d; ++col) acc_row[col] *= alpha;
-          }
-          l[t] = l[t] * alpha + sum;
-          m[t] = m_new;
-        }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile_rows, d, cols, 1.0f, s.data(),
-                    kBlockK, v + kb.begin * d, d, 1.0f, acc.data(), d);
-      }
-      for (int64_t hi = 0; hi < nh; ++hi) {
-        const int head = group.heads[hi];
-        for (int64_t row = 0; row < rows; ++row) {
-          const int64_t global_row = qb.begin + row;
-          const int64_t t = hi * rows + row;
-          float* o_row = out.o[head] + global_row * d;
-          const float* acc_row = acc.data() + t * d;
-          if (l[t] > 0.0f) {
-            const float inv = 1.0f / l[t];
-            for (int64_t col = 0; col < d; ++col) o_row[col] = acc_row[col] * inv;
-            out.lse[head][global_row] = m[t] + std::log(l[t]);
-          } else {
-            std::fill_n(o_row, d, 0.0f);
-            out.lse[head][global_row] = kNegInf;
-          }
-        }
-      }
+      StoreForwardOutputs(in, out, group, query_block, tile);
     }
   }
 }
@@ -313,84 +436,26 @@ void AttentionBackward(const AttentionInputs& in, const BackwardArgs& args) {
                 "one o, d_o, lse and dq per query head");
   HEXISEQ_CHECK(args.dk.size() == in.k.size() && args.dv.size() == in.k.size(),
                 "one dk and dv per KV head");
-  const RowOps& ops = Ops();
-  const int64_t d = in.head_dim;
-  const std::vector<Block> k_blocks = Blocks(in.k_positions, kBlockK);
+  const int64_t head_dim = in.head_dim;
+  const std::vector<Block> key_blocks = Blocks(in.k_positions, kBlockK);
   for (const KvGroup& group : GroupByKv(in)) {
-    const int64_t nh = static_cast<int64_t>(group.heads.size());
-    const int64_t block_q = QueryBlock(group.heads.size());
-    const std::vector<Block> q_blocks = Blocks(in.q_positions, block_q);
-    const float* k = in.k[group.kv];
-    const float* v = in.v[group.kv];
-    float* dk = args.dk[group.kv];
-    float* dv = args.dv[group.kv];
-    std::vector<float> q_tile(nh * block_q * d), do_tile(nh * block_q * d),
-        dq_tile(nh * block_q * d);
-    std::vector<float> p(nh * block_q * kBlockK), dp(nh * block_q * kBlockK);
-    std::vector<float> delta(nh * block_q), lse(nh * block_q);
-    for (const Block& qb : q_blocks) {
-      const int64_t rows = qb.size();
-      const int64_t tile_rows = nh * rows;
-      for (int64_t hi = 0; hi < nh; ++hi) {
-        const int head = group.heads[hi];
-        std::copy_n(in.q[head] + qb.begin * d, rows * d, q_tile.data() + hi * rows * d);
-        std::copy_n(args.d_o[head] + qb.begin * d, rows * d, do_tile.data() + hi * rows * d);
-        std::copy_n(args.lse[head] + qb.begin, rows, lse.data() + hi * rows);
-        for (int64_t row = 0; row < rows; ++row) {
-          const float* o_row = args.o[head] + (qb.begin + row) * d;
-          const float* do_row = args.d_o[head] + (qb.begin + row) * d;
-          float dot = 0;
-          for (int64_t col = 0; col < d; ++col) dot += o_row[col] * do_row[col];
-          delta[hi * rows + row] = dot;
-        }
-      }
-      std::fill_n(dq_tile.begin(), tile_rows * d, 0.0f);
+    const int64_t block_rows = QueryBlock(group.heads.size());
+    BackwardTile tile(static_cast<int64_t>(group.heads.size()), block_rows, head_dim);
+    for (const Block& query_block : Blocks(in.q_positions, block_rows)) {
+      LoadBackwardTile(in, args, group, query_block, tile);
       bool touched = false;
-      for (const Block& kb : k_blocks) {
-        const TileKind kind = Classify(qb, kb);
+      for (const Block& key_block : key_blocks) {
+        const TileKind kind = Classify(query_block, key_block);
         if (kind == TileKind::kSkip) continue;
         touched = true;
-        const int64_t cols = kb.size();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile_rows, cols, d, in.scale,
-                    q_tile.data(), d, k + kb.begin * d, d, 0.0f, p.data(), kBlockK);
-        if (kind == TileKind::kPartial) {
-          MaskStacked(p.data(), kBlockK, in.q_positions.data() + qb.begin, rows, nh,
-                      in.k_positions.data() + kb.begin, cols);
-        }
-        for (int64_t t = 0; t < tile_rows; ++t) {
-          float* p_row = p.data() + t * kBlockK;
-          if (lse[t] == kNegInf) {
-            std::fill_n(p_row, cols, 0.0f);
-          } else {
-            ops.exp_shift_sum(p_row, cols, lse[t]);
-          }
-        }
-        // dV += P^T dO (summed over the stacked heads by the GEMM's inner dimension)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, d, tile_rows, 1.0f, p.data(),
-                    kBlockK, do_tile.data(), d, 1.0f, dv + kb.begin * d, d);
-        // dP = dO V^T
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tile_rows, cols, d, 1.0f,
-                    do_tile.data(), d, v + kb.begin * d, d, 0.0f, dp.data(), kBlockK);
-        // dS = scale * P * (dP - delta), stored over dp.
-        for (int64_t t = 0; t < tile_rows; ++t) {
-          const float* p_row = p.data() + t * kBlockK;
-          float* ds_row = dp.data() + t * kBlockK;
-          const float row_delta = delta[t];
-          for (int64_t col = 0; col < cols; ++col) {
-            ds_row[col] = in.scale * p_row[col] * (ds_row[col] - row_delta);
-          }
-        }
-        // dQ += dS K ; dK += dS^T Q
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tile_rows, d, cols, 1.0f, dp.data(),
-                    kBlockK, k + kb.begin * d, d, 1.0f, dq_tile.data(), d);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, cols, d, tile_rows, 1.0f, dp.data(),
-                    kBlockK, q_tile.data(), d, 1.0f, dk + kb.begin * d, d);
+        BackwardKeyTile(in, args, group, query_block, key_block, kind, tile);
       }
       if (!touched) continue;
-      for (int64_t hi = 0; hi < nh; ++hi) {
-        float* dq = args.dq[group.heads[hi]] + qb.begin * d;
-        const float* from = dq_tile.data() + hi * rows * d;
-        for (int64_t index = 0; index < rows * d; ++index) dq[index] += from[index];
+      const int64_t rows = query_block.size();
+      for (size_t stacked = 0; stacked < group.heads.size(); ++stacked) {
+        float* dq = args.dq[group.heads[stacked]] + query_block.begin * head_dim;
+        const float* from = tile.grad_queries.data() + stacked * rows * head_dim;
+        for (int64_t index = 0; index < rows * head_dim; ++index) dq[index] += from[index];
       }
     }
   }
@@ -401,22 +466,22 @@ void AttentionBackward(const AttentionInputs& in, const BackwardArgs& args) {
 void AttentionForwardReference(const AttentionInputs& in, const ForwardOutputs& out,
                                bool accumulate) {
   CheckShapes(in);
-  const int64_t d = in.head_dim;
-  const int64_t nq = in.num_q();
-  const int64_t nk = in.num_k();
-  std::vector<double> scores(nk);
-  std::vector<double> acc(d);
+  const int64_t head_dim = in.head_dim;
+  const int64_t num_queries = in.num_q();
+  const int64_t num_keys = in.num_k();
+  std::vector<double> scores(num_keys);
+  std::vector<double> acc(head_dim);
   for (size_t head = 0; head < in.q.size(); ++head) {
     const float* q = in.q[head];
     const float* k = in.k[in.kv_index[head]];
     const float* v = in.v[in.kv_index[head]];
-    for (int64_t row = 0; row < nq; ++row) {
+    for (int64_t row = 0; row < num_queries; ++row) {
       double best = -std::numeric_limits<double>::infinity();
-      for (int64_t col = 0; col < nk; ++col) {
+      for (int64_t col = 0; col < num_keys; ++col) {
         if (in.k_positions[col] > in.q_positions[row]) continue;
         double dot = 0;
-        for (int64_t dim = 0; dim < d; ++dim) {
-          dot += static_cast<double>(q[row * d + dim]) * k[col * d + dim];
+        for (int64_t dim = 0; dim < head_dim; ++dim) {
+          dot += static_cast<double>(q[row * head_dim + dim]) * k[col * head_dim + dim];
         }
         scores[col] = dot * in.scale;
         best = std::max(best, scores[col]);
@@ -424,16 +489,16 @@ void AttentionForwardReference(const AttentionInputs& in, const ForwardOutputs& 
       double sum = 0;
       std::fill(acc.begin(), acc.end(), 0.0);
       if (best != -std::numeric_limits<double>::infinity()) {
-        for (int64_t col = 0; col < nk; ++col) {
+        for (int64_t col = 0; col < num_keys; ++col) {
           if (in.k_positions[col] > in.q_positions[row]) continue;
           const double weight = std::exp(scores[col] - best);
           sum += weight;
-          for (int64_t dim = 0; dim < d; ++dim) acc[dim] += weight * v[col * d + dim];
+          for (int64_t dim = 0; dim < head_dim; ++dim) acc[dim] += weight * v[col * head_dim + dim];
         }
       }
       // This block's result: o_b = acc / sum, lse_b = best + log(sum) (-inf when empty).
       double lse_b = sum > 0 ? best + std::log(sum) : -std::numeric_limits<double>::infinity();
-      float* o_row = out.o[head] + row * d;
+      float* o_row = out.o[head] + row * head_dim;
       float& lse_row = out.lse[head][row];
       double lse_prev =
           accumulate ? static_cast<double>(lse_row) : -std::numeric_limits<double>::infinity();
@@ -442,7 +507,7 @@ void AttentionForwardReference(const AttentionInputs& in, const ForwardOutputs& 
                                  : std::max(lse_prev, lse_b) +
                                        std::log(std::exp(lse_prev - std::max(lse_prev, lse_b)) +
                                                 std::exp(lse_b - std::max(lse_prev, lse_b)));
-      for (int64_t dim = 0; dim < d; ++dim) {
+      for (int64_t dim = 0; dim < head_dim; ++dim) {
         double value = 0;
         if (lse_new != -std::numeric_limits<double>::infinity()) {
           if (sum > 0) value += acc[dim] / sum * std::exp(lse_b - lse_new);
@@ -459,50 +524,51 @@ void AttentionForwardReference(const AttentionInputs& in, const ForwardOutputs& 
 
 void AttentionBackwardReference(const AttentionInputs& in, const BackwardArgs& args) {
   CheckShapes(in);
-  const int64_t d = in.head_dim;
-  const int64_t nq = in.num_q();
-  const int64_t nk = in.num_k();
-  std::vector<std::vector<double>> dk(in.k.size(), std::vector<double>(nk * d));
-  std::vector<std::vector<double>> dv(in.k.size(), std::vector<double>(nk * d));
-  std::vector<double> dq_row(d);
+  const int64_t head_dim = in.head_dim;
+  const int64_t num_queries = in.num_q();
+  const int64_t num_keys = in.num_k();
+  std::vector<std::vector<double>> dk(in.k.size(), std::vector<double>(num_keys * head_dim));
+  std::vector<std::vector<double>> dv(in.k.size(), std::vector<double>(num_keys * head_dim));
+  std::vector<double> dq_row(head_dim);
   for (size_t head = 0; head < in.q.size(); ++head) {
     const int kv = in.kv_index[head];
     const float* q = in.q[head];
     const float* k = in.k[kv];
     const float* v = in.v[kv];
-    for (int64_t row = 0; row < nq; ++row) {
+    for (int64_t row = 0; row < num_queries; ++row) {
       const double lse = args.lse[head][row];
       if (lse == -std::numeric_limits<double>::infinity()) continue;
-      const float* o_row = args.o[head] + row * d;
-      const float* do_row = args.d_o[head] + row * d;
-      const float* q_row = q + row * d;
+      const float* o_row = args.o[head] + row * head_dim;
+      const float* do_row = args.d_o[head] + row * head_dim;
+      const float* q_row = q + row * head_dim;
       double delta = 0;
-      for (int64_t dim = 0; dim < d; ++dim) delta += static_cast<double>(o_row[dim]) * do_row[dim];
+      for (int64_t dim = 0; dim < head_dim; ++dim)
+        delta += static_cast<double>(o_row[dim]) * do_row[dim];
       std::fill(dq_row.begin(), dq_row.end(), 0.0);
-      for (int64_t col = 0; col < nk; ++col) {
+      for (int64_t col = 0; col < num_keys; ++col) {
         if (in.k_positions[col] > in.q_positions[row]) continue;
-        const float* k_row = k + col * d;
-        const float* v_row = v + col * d;
+        const float* k_row = k + col * head_dim;
+        const float* v_row = v + col * head_dim;
         double score = 0;
-        double dp = 0;
-        for (int64_t dim = 0; dim < d; ++dim) {
+        double grad_prob = 0;
+        for (int64_t dim = 0; dim < head_dim; ++dim) {
           score += static_cast<double>(q_row[dim]) * k_row[dim];
-          dp += static_cast<double>(do_row[dim]) * v_row[dim];
+          grad_prob += static_cast<double>(do_row[dim]) * v_row[dim];
         }
         const double prob = std::exp(score * in.scale - lse);
-        const double ds = prob * (dp - delta) * in.scale;
-        for (int64_t dim = 0; dim < d; ++dim) {
-          dv[kv][col * d + dim] += prob * do_row[dim];
-          dk[kv][col * d + dim] += ds * q_row[dim];
-          dq_row[dim] += ds * k_row[dim];
+        const double grad_score = prob * (grad_prob - delta) * in.scale;
+        for (int64_t dim = 0; dim < head_dim; ++dim) {
+          dv[kv][col * head_dim + dim] += prob * do_row[dim];
+          dk[kv][col * head_dim + dim] += grad_score * q_row[dim];
+          dq_row[dim] += grad_score * k_row[dim];
         }
       }
-      float* dq = args.dq[head] + row * d;
-      for (int64_t dim = 0; dim < d; ++dim) dq[dim] += static_cast<float>(dq_row[dim]);
+      float* dq = args.dq[head] + row * head_dim;
+      for (int64_t dim = 0; dim < head_dim; ++dim) dq[dim] += static_cast<float>(dq_row[dim]);
     }
   }
   for (size_t kv = 0; kv < in.k.size(); ++kv) {
-    for (int64_t index = 0; index < nk * d; ++index) {
+    for (int64_t index = 0; index < num_keys * head_dim; ++index) {
       args.dk[kv][index] += static_cast<float>(dk[kv][index]);
       args.dv[kv][index] += static_cast<float>(dv[kv][index]);
     }

@@ -1,14 +1,14 @@
-// AttentionLayout: everything the distributed attention derives from a Plan, computed identically
-// on every rank with no communication: each group's head-layout row order and global positions,
-// each rank's heads and KV heads, the KV-head segments (common refinement of the groups' head
-// partitions) with one primary holder per group, which groups need which groups' keys (causality),
-// the forwarding chains of the sub-rings, and the all-to-all split tables.
+// AttentionLayout: what the distributed attention derives from a Plan, identically on every rank
+// with no communication: the layer schedule (split tables, KV segments with primary and replica
+// holders, block chains; plan/layer_schedule.h) plus the runtime's own view of it: each group's
+// head-layout row order with global positions, and each rank's heads, KV heads and held segments.
 // It ignores devices, nodes and predictions: only groups, tokens and heads matter here.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "plan/layer_schedule.h"
 #include "plan/plan.h"
 #include "spec/error.h"
 
@@ -21,17 +21,7 @@ struct LayoutGroup {
   // the order the plan lists them. positions[row] is the row's global token position.
   std::vector<int64_t> positions;
   std::vector<int64_t> member_offset;  // first row of each member; size members + 1
-  int64_t min_pos = 0;                 // over positions (meaningless when empty)
-  int64_t max_pos = -1;
   int64_t num_tokens() const { return static_cast<int64_t>(positions.size()); }
-};
-
-// A set of KV heads on which every group's ownership is constant: in each ring group the same
-// members need all of them. holders[ring_pos] lists those members (indices into the group's
-// members), the first one is the segment's primary in that group.
-struct KvSegment {
-  std::vector<int> kv_heads;              // sorted
-  std::vector<std::vector<int>> holders;  // by ring position
 };
 
 struct RankRole {
@@ -40,34 +30,27 @@ struct RankRole {
   int ring_pos = -1;          // position of the group in the ring; -1 for an idle group
   std::vector<int> heads;     // query heads (sorted)
   std::vector<int> kv_heads;  // KV heads needed (sorted)
-  std::vector<int> segments;  // segments held (ascending)
+  std::vector<int> segments;  // schedule segments held (ascending)
   int64_t num_tokens = 0;     // s_r, token-layout rows
 };
 
 class AttentionLayout {
  public:
   // Checks the invariants the runtime relies on (a precise message for each violation) and
-  // derives the layout. Pure: same result on every rank.
-  static Result<AttentionLayout> Build(const Plan& plan);
+  // derives the layout; the schedule's bytes are for fp32 values of `head_dim`. Pure: same result
+  // on every rank. REQUIRES: head_dim >= 1 (an error otherwise).
+  static Result<AttentionLayout> Build(const Plan& plan, int head_dim = 1);
 
   int num_heads = 0;
   int num_kv_heads = 0;
   int num_ranks = 0;
   int64_t seq_len = 0;
+  LayerSchedule schedule;           // the layer's communication, executed as it is
   std::vector<LayoutGroup> groups;  // in plan order
   std::vector<RankRole> roles;      // by rank
-  std::vector<int> ring;            // group indices of the groups with tokens, in plan order
-  std::vector<KvSegment> segments;  // ordered by first KV head
-  // needs[a][b]: some query of ring group a sees some key of ring group b (causally).
-  std::vector<std::vector<bool>> needs;
 
   int kv_of(int head) const { return head / (num_heads / num_kv_heads); }
-  // The ring positions that need ring group `origin`'s keys, in ring order after it (origin
-  // excluded): the chain its blocks travel along, each recipient forwarding to the next.
-  std::vector<int> Chain(int origin) const;
-  // World rank of the primary (first holder) of segment `seg` in ring group `pos`.
-  int PrimaryRank(int seg, int pos) const;
-  const LayoutGroup& RingGroup(int pos) const { return groups[ring[pos]]; }
+  const LayoutGroup& RingGroup(int ring_pos) const { return groups[schedule.ring[ring_pos]]; }
 };
 
 }  // namespace hexiseq::runtime

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "runtime/attention_kernels.h"
 
@@ -21,14 +22,16 @@ uint64_t SplitMix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Token-layout rows [rows][heads][d] of one tensor for the given global positions.
+// Token-layout rows [rows][heads][head_dim] of one tensor for the given global positions.
 std::vector<float> Generate(uint64_t seed, int tensor, std::span<const int64_t> positions,
-                            int heads, int d) {
-  std::vector<float> data(positions.size() * heads * d);
+                            int heads, int head_dim) {
+  std::vector<float> data(positions.size() * heads * head_dim);
   size_t index = 0;
-  for (int64_t pos : positions) {
+  for (int64_t position : positions) {
     for (int head = 0; head < heads; ++head) {
-      for (int dim = 0; dim < d; ++dim) data[index++] = InputValue(seed, tensor, pos, head, dim);
+      for (int dim = 0; dim < head_dim; ++dim) {
+        data[index++] = InputValue(seed, tensor, position, head, dim);
+      }
     }
   }
   return data;
@@ -54,177 +57,232 @@ float InputValue(uint64_t seed, int tensor, int64_t position, int head, int dim)
   return static_cast<float>(static_cast<double>(key >> 40) / static_cast<double>(1 << 23) - 1.0);
 }
 
+namespace {
+
+// The five outputs on the whole sequence. Token layout [S][heads][width] for the distributed run;
+// head-major [heads][S][width] for the reference.
+struct FullOutputs {
+  std::vector<float> o, lse, dq, dk, dv;
+};
+
+// Global positions of `rank`'s token-layout rows.
+std::span<const int64_t> PositionsOf(const AttentionLayout& layout, int rank) {
+  const RankRole& role = layout.roles[rank];
+  const LayoutGroup& group = layout.groups[role.group];
+  return std::span<const int64_t>(group.positions)
+      .subspan(group.member_offset[role.member], role.num_tokens);
+}
+
+// Every rank's phase times, all-gathered into the report.
+void GatherPhaseTimes(Comm& world, const DistributedAttention& attention, AttnCheckReport& report) {
+  constexpr int kFields = 5;
+  const PhaseTimes& forward = attention.forward_times();
+  const PhaseTimes& backward = attention.backward_times();
+  const double mine[2 * kFields] = {
+      forward.alltoall,        forward.compute,         forward.ring_wait, forward.total,
+      forward.ring_bytes_sent, backward.alltoall,       backward.compute,  backward.ring_wait,
+      backward.total,          backward.ring_bytes_sent};
+  std::vector<double> all(2 * kFields * world.size());
+  world.Allgather(mine, sizeof(mine), all.data());
+  for (int rank = 0; rank < world.size(); ++rank) {
+    const double* fields = all.data() + 2 * kFields * rank;
+    report.forward_times.push_back(
+        PhaseTimes{fields[0], fields[1], fields[2], fields[3], fields[4]});
+    report.backward_times.push_back(
+        PhaseTimes{fields[5], fields[6], fields[7], fields[8], fields[9]});
+  }
+}
+
+// Floats of one rank's gathered outputs: O, LSE, dQ, dK, dV of its rows.
+int64_t PayloadFloats(const AttentionLayout& layout, int rank, int64_t head_dim) {
+  const int64_t heads = layout.num_heads;
+  const int64_t kv_heads = layout.num_kv_heads;
+  return layout.roles[rank].num_tokens *
+         (heads * head_dim + heads + heads * head_dim + 2 * kv_heads * head_dim);
+}
+
+// Rank 0 receives every rank's outputs (one message per rank, fixed layout) and places them at
+// their global positions; other ranks send theirs and get nothing back.
+std::optional<FullOutputs> GatherToRankZero(Comm& world, const AttentionLayout& layout,
+                                            int64_t head_dim, const AttentionOutputs& outputs,
+                                            const AttentionGradients& gradients) {
+  std::vector<float> payload;
+  for (const std::vector<float>* part :
+       {&outputs.o, &outputs.lse, &gradients.dq, &gradients.dk, &gradients.dv}) {
+    payload.insert(payload.end(), part->begin(), part->end());
+  }
+  if (world.rank() != 0) {
+    RequestPtr request = world.Isend(payload.data(), payload.size() * sizeof(float), 0, kGatherTag);
+    world.Wait(*request);
+    return std::nullopt;
+  }
+  const int64_t seq_len = layout.seq_len;
+  const int64_t query_width = layout.num_heads * head_dim;
+  const int64_t kv_width = layout.num_kv_heads * head_dim;
+  FullOutputs full{std::vector<float>(seq_len * query_width),
+                   std::vector<float>(seq_len * layout.num_heads),
+                   std::vector<float>(seq_len * query_width),
+                   std::vector<float>(seq_len * kv_width), std::vector<float>(seq_len * kv_width)};
+  for (int rank = 0; rank < world.size(); ++rank) {
+    std::vector<float> received;
+    if (rank == 0) {
+      received = payload;
+    } else {
+      received.resize(PayloadFloats(layout, rank, head_dim));
+      RequestPtr request =
+          world.Irecv(received.data(), received.size() * sizeof(float), rank, kGatherTag);
+      world.Wait(*request);
+    }
+    const std::span<const int64_t> positions = PositionsOf(layout, rank);
+    const float* in = received.data();
+    auto scatter = [&](std::vector<float>& target, int64_t width) {
+      for (size_t row = 0; row < positions.size(); ++row) {
+        std::copy_n(in + row * width, width, target.data() + positions[row] * width);
+      }
+      in += static_cast<int64_t>(positions.size()) * width;
+    };
+    scatter(full.o, query_width);
+    scatter(full.lse, layout.num_heads);
+    scatter(full.dq, query_width);
+    scatter(full.dk, kv_width);
+    scatter(full.dv, kv_width);
+  }
+  return full;
+}
+
+// The naive double-precision reference on positions 0..S-1, head-major.
+FullOutputs ReferenceOutputs(const AttentionLayout& layout, const AttnCheckOptions& options) {
+  const int64_t seq_len = layout.seq_len;
+  const int64_t head_dim = options.head_dim;
+  const int heads = layout.num_heads;
+  const int kv_heads = layout.num_kv_heads;
+  const int64_t head_floats = seq_len * head_dim;
+  std::vector<int64_t> positions(seq_len);
+  for (int64_t position = 0; position < seq_len; ++position) positions[position] = position;
+  auto head_major = [&](int tensor, int tensor_heads) {
+    std::vector<float> data(tensor_heads * head_floats);
+    for (int head = 0; head < tensor_heads; ++head) {
+      for (int64_t position = 0; position < seq_len; ++position) {
+        for (int dim = 0; dim < head_dim; ++dim) {
+          data[(head * seq_len + position) * head_dim + dim] =
+              InputValue(options.seed, tensor, position, head, dim);
+        }
+      }
+    }
+    return data;
+  };
+  const std::vector<float> q = head_major(kQ, heads), k = head_major(kK, kv_heads),
+                           v = head_major(kV, kv_heads), d_o = head_major(kDO, heads);
+  FullOutputs reference{std::vector<float>(heads * head_floats),
+                        std::vector<float>(heads * seq_len),
+                        std::vector<float>(heads * head_floats, 0.0f),
+                        std::vector<float>(kv_heads * head_floats, 0.0f),
+                        std::vector<float>(kv_heads * head_floats, 0.0f)};
+  AttentionInputs inputs;
+  inputs.head_dim = options.head_dim;
+  inputs.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  inputs.q_positions = positions;
+  inputs.k_positions = positions;
+  ForwardOutputs outputs;
+  BackwardArgs args;
+  for (int head = 0; head < heads; ++head) {
+    inputs.q.push_back(q.data() + head * head_floats);
+    inputs.kv_index.push_back(layout.kv_of(head));
+    outputs.o.push_back(reference.o.data() + head * head_floats);
+    outputs.lse.push_back(reference.lse.data() + head * seq_len);
+    args.o.push_back(reference.o.data() + head * head_floats);
+    args.d_o.push_back(d_o.data() + head * head_floats);
+    args.lse.push_back(reference.lse.data() + head * seq_len);
+    args.dq.push_back(reference.dq.data() + head * head_floats);
+  }
+  for (int kv = 0; kv < kv_heads; ++kv) {
+    inputs.k.push_back(k.data() + kv * head_floats);
+    inputs.v.push_back(v.data() + kv * head_floats);
+    args.dk.push_back(reference.dk.data() + kv * head_floats);
+    args.dv.push_back(reference.dv.data() + kv * head_floats);
+  }
+  AttentionForwardReference(inputs, outputs, /*accumulate=*/false);
+  AttentionBackwardReference(inputs, args);
+  return reference;
+}
+
+// Sets the worst place as (position, head, dim) from the flat token-layout index.
+void Locate(ErrorStats& stats, int64_t heads, int64_t width) {
+  if (stats.worst < 0) return;
+  stats.worst_position = stats.worst / (heads * width);
+  stats.worst_head = static_cast<int>(stats.worst / width % heads);
+  stats.worst_dim = static_cast<int>(stats.worst % width);
+}
+
+// Error statistics of O, LSE, dQ, dK, dV (token layout against head-major reference).
+std::vector<ErrorStats> CompareOutputs(const FullOutputs& distributed, const FullOutputs& reference,
+                                       const AttentionLayout& layout, int64_t head_dim) {
+  const int64_t seq_len = layout.seq_len;
+  ErrorStats o_stats{"O"}, lse_stats{"LSE"}, dq_stats{"dQ"}, dk_stats{"dK"}, dv_stats{"dV"};
+  for (int64_t position = 0; position < seq_len; ++position) {
+    for (int head = 0; head < layout.num_heads; ++head) {
+      const int64_t row = position * layout.num_heads + head;
+      Compare(lse_stats, distributed.lse[row], reference.lse[head * seq_len + position], row);
+      for (int dim = 0; dim < head_dim; ++dim) {
+        const int64_t index = row * head_dim + dim;
+        const int64_t reference_index = (head * seq_len + position) * head_dim + dim;
+        Compare(o_stats, distributed.o[index], reference.o[reference_index], index);
+        Compare(dq_stats, distributed.dq[index], reference.dq[reference_index], index);
+      }
+    }
+    for (int kv = 0; kv < layout.num_kv_heads; ++kv) {
+      for (int dim = 0; dim < head_dim; ++dim) {
+        const int64_t index = (position * layout.num_kv_heads + kv) * head_dim + dim;
+        const int64_t reference_index = (kv * seq_len + position) * head_dim + dim;
+        Compare(dk_stats, distributed.dk[index], reference.dk[reference_index], index);
+        Compare(dv_stats, distributed.dv[index], reference.dv[reference_index], index);
+      }
+    }
+  }
+  Locate(o_stats, layout.num_heads, head_dim);
+  Locate(lse_stats, layout.num_heads, 1);
+  Locate(dq_stats, layout.num_heads, head_dim);
+  Locate(dk_stats, layout.num_kv_heads, head_dim);
+  Locate(dv_stats, layout.num_kv_heads, head_dim);
+  return {o_stats, lse_stats, dq_stats, dk_stats, dv_stats};
+}
+
+}  // namespace
+
 Result<AttnCheckReport> RunAttnCheck(const Plan& plan, Comm& world,
                                      const AttnCheckOptions& options) {
   auto created = DistributedAttention::Create(plan, world, options.head_dim);
   if (!created) return std::unexpected(created.error());
   DistributedAttention& attention = **created;
-  const AttentionLayout& lay = attention.layout();
-  const int rank = world.rank();
-  const int d = options.head_dim;
-  const int H = lay.num_heads;
-  const int G = lay.num_kv_heads;
-
-  auto positions_of = [&](int r) {
-    const RankRole& role = lay.roles[r];
-    const LayoutGroup& group = lay.groups[role.group];
-    return std::span<const int64_t>(group.positions)
-        .subspan(group.member_offset[role.member], role.num_tokens);
-  };
-  const std::span<const int64_t> mine = positions_of(rank);
-  const std::vector<float> q = Generate(options.seed, kQ, mine, H, d);
-  const std::vector<float> k = Generate(options.seed, kK, mine, G, d);
-  const std::vector<float> v = Generate(options.seed, kV, mine, G, d);
-  const std::vector<float> d_o = Generate(options.seed, kDO, mine, H, d);
+  const AttentionLayout& layout = attention.layout();
+  const std::span<const int64_t> mine = PositionsOf(layout, world.rank());
+  const int head_dim = options.head_dim;
+  const std::vector<float> q = Generate(options.seed, kQ, mine, layout.num_heads, head_dim);
+  const std::vector<float> k = Generate(options.seed, kK, mine, layout.num_kv_heads, head_dim);
+  const std::vector<float> v = Generate(options.seed, kV, mine, layout.num_kv_heads, head_dim);
+  const std::vector<float> d_o = Generate(options.seed, kDO, mine, layout.num_heads, head_dim);
   auto forward = attention.Forward(q, k, v);
   if (!forward) return std::unexpected(forward.error());
   auto backward = attention.Backward(d_o);
   if (!backward) return std::unexpected(backward.error());
 
   AttnCheckReport report;
-  // Phase times of every rank.
-  {
-    const PhaseTimes& f = attention.forward_times();
-    const PhaseTimes& b = attention.backward_times();
-    const double mine_times[10] = {f.alltoall, f.compute, f.ring_wait, f.total, f.ring_bytes_sent,
-                                   b.alltoall, b.compute, b.ring_wait, b.total, b.ring_bytes_sent};
-    std::vector<double> all(10 * world.size());
-    world.Allgather(mine_times, sizeof(mine_times), all.data());
-    for (int r = 0; r < world.size(); ++r) {
-      const double* t = all.data() + 10 * r;
-      report.forward_times.push_back(PhaseTimes{t[0], t[1], t[2], t[3], t[4]});
-      report.backward_times.push_back(PhaseTimes{t[5], t[6], t[7], t[8], t[9]});
-    }
-  }
-
-  // Gather O, LSE, dQ, dK, dV to rank 0 (one message per rank, fixed layout).
-  auto payload_floats = [&](int r) {
-    const int64_t s = lay.roles[r].num_tokens;
-    return s * (H * d + H + H * d + 2 * G * d);
-  };
-  std::vector<float> payload;
-  payload.reserve(payload_floats(rank));
-  for (const std::vector<float>* part :
-       {&forward->o, &forward->lse, &backward->dq, &backward->dk, &backward->dv}) {
-    payload.insert(payload.end(), part->begin(), part->end());
-  }
+  GatherPhaseTimes(world, attention, report);
   double passed_flag = 1;
-  if (rank != 0) {
-    RequestPtr request = world.Isend(payload.data(), payload.size() * sizeof(float), 0, kGatherTag);
-    world.Wait(*request);
-  } else {
-    const int64_t S = lay.seq_len;
-    std::vector<float> o(S * H * d), lse(S * H), dq(S * H * d), dk(S * G * d), dv(S * G * d);
-    for (int r = 0; r < world.size(); ++r) {
-      std::vector<float> received;
-      if (r == 0) {
-        received = payload;
-      } else {
-        received.resize(payload_floats(r));
-        RequestPtr request =
-            world.Irecv(received.data(), received.size() * sizeof(float), r, kGatherTag);
-        world.Wait(*request);
-      }
-      const std::span<const int64_t> rows = positions_of(r);
-      const int64_t s = static_cast<int64_t>(rows.size());
-      const float* in = received.data();
-      auto scatter = [&](std::vector<float>& full, int64_t width) {
-        for (int64_t row = 0; row < s; ++row) {
-          std::copy_n(in + row * width, width, full.data() + rows[row] * width);
-        }
-        in += s * width;
-      };
-      scatter(o, int64_t{H} * d);
-      scatter(lse, H);
-      scatter(dq, int64_t{H} * d);
-      scatter(dk, int64_t{G} * d);
-      scatter(dv, int64_t{G} * d);
-    }
-
-    // Reference: head-major [heads][S][d] on positions 0..S-1.
+  if (std::optional<FullOutputs> distributed =
+          GatherToRankZero(world, layout, head_dim, *forward, *backward)) {
     const auto start = std::chrono::steady_clock::now();
-    std::vector<int64_t> positions(S);
-    for (int64_t pos = 0; pos < S; ++pos) positions[pos] = pos;
-    auto head_major = [&](int tensor, int heads) {
-      std::vector<float> data(static_cast<size_t>(heads) * S * d);
-      for (int head = 0; head < heads; ++head) {
-        for (int64_t pos = 0; pos < S; ++pos) {
-          for (int dim = 0; dim < d; ++dim) {
-            data[(head * S + pos) * d + dim] = InputValue(options.seed, tensor, pos, head, dim);
-          }
-        }
-      }
-      return data;
-    };
-    const std::vector<float> rq = head_major(kQ, H), rk = head_major(kK, G), rv = head_major(kV, G),
-                             rdo = head_major(kDO, H);
-    std::vector<float> ro(H * S * d), rlse(H * S), rdq(H * S * d, 0.0f), rdk(G * S * d, 0.0f),
-        rdv(G * S * d, 0.0f);
-    AttentionInputs in;
-    in.head_dim = d;
-    in.scale = 1.0f / std::sqrt(static_cast<float>(d));
-    in.q_positions = positions;
-    in.k_positions = positions;
-    ForwardOutputs out;
-    BackwardArgs args;
-    for (int head = 0; head < H; ++head) {
-      in.q.push_back(rq.data() + head * S * d);
-      in.kv_index.push_back(lay.kv_of(head));
-      out.o.push_back(ro.data() + head * S * d);
-      out.lse.push_back(rlse.data() + head * S);
-      args.o.push_back(ro.data() + head * S * d);
-      args.d_o.push_back(rdo.data() + head * S * d);
-      args.lse.push_back(rlse.data() + head * S);
-      args.dq.push_back(rdq.data() + head * S * d);
-    }
-    for (int kv = 0; kv < G; ++kv) {
-      in.k.push_back(rk.data() + kv * S * d);
-      in.v.push_back(rv.data() + kv * S * d);
-      args.dk.push_back(rdk.data() + kv * S * d);
-      args.dv.push_back(rdv.data() + kv * S * d);
-    }
-    AttentionForwardReference(in, out, /*accumulate=*/false);
-    AttentionBackwardReference(in, args);
+    const FullOutputs reference = ReferenceOutputs(layout, options);
     report.reference_seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-
-    ErrorStats eo{"O"}, else_{"LSE"}, edq{"dQ"}, edk{"dK"}, edv{"dV"};
-    for (int64_t pos = 0; pos < S; ++pos) {
-      for (int head = 0; head < H; ++head) {
-        Compare(else_, lse[pos * H + head], rlse[head * S + pos], pos * H + head);
-        for (int dim = 0; dim < d; ++dim) {
-          const int64_t index = (pos * H + head) * d + dim;
-          Compare(eo, o[index], ro[(head * S + pos) * d + dim], index);
-          Compare(edq, dq[index], rdq[(head * S + pos) * d + dim], index);
-        }
-      }
-      for (int kv = 0; kv < G; ++kv) {
-        for (int dim = 0; dim < d; ++dim) {
-          const int64_t index = (pos * G + kv) * d + dim;
-          Compare(edk, dk[index], rdk[(kv * S + pos) * d + dim], index);
-          Compare(edv, dv[index], rdv[(kv * S + pos) * d + dim], index);
-        }
-      }
-    }
-    auto locate = [](ErrorStats& stats, int64_t heads, int64_t width) {
-      if (stats.worst < 0) return;
-      stats.worst_position = stats.worst / (heads * width);
-      stats.worst_head = static_cast<int>(stats.worst / width % heads);
-      stats.worst_dim = static_cast<int>(stats.worst % width);
-    };
-    locate(eo, H, d);
-    locate(else_, H, 1);
-    locate(edq, H, d);
-    locate(edk, G, d);
-    locate(edv, G, d);
-    report.errors = {eo, else_, edq, edk, edv};
+    report.errors = CompareOutputs(*distributed, reference, layout, head_dim);
     report.has_errors = true;
     for (const ErrorStats& stats : report.errors) {
       if (!(stats.relative() <= options.tolerance)) passed_flag = 0;
     }
   }
   // Everyone learns the verdict, so every rank exits with the same code.
-  double verdict[1] = {rank == 0 ? passed_flag : 0.0};
+  double verdict[1] = {world.rank() == 0 ? passed_flag : 0.0};
   world.AllreduceSum(std::span<double>(verdict, 1));
   report.passed = verdict[0] > 0.5;
   return report;

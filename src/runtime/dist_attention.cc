@@ -1,7 +1,9 @@
-// Distributed attention: all-to-alls, sub-ring KV exchange and dKV return, driven by an event
-// loop over asynchronous point-to-point messages. Receives are posted per stream (one stream per
-// role and segment) at most kWindow at a time, in ring-distance order; that order, together with
-// sends that never block, makes the exchange deadlock-free for every plan (see docs/runtime.md).
+// Distributed attention executing the layer schedule: one pass driver for forward and backward,
+// built from one all-to-all that takes a split table and one sub-ring runner. Ring messages go
+// through an event loop over asynchronous point-to-point messages; receives are posted per stream
+// (one stream per role and segment) at most kWindow at a time, in ring-distance order; that order,
+// together with sends that never block, makes the exchange deadlock-free for every plan (see
+// docs/runtime.md).
 #include "runtime/dist_attention.h"
 
 #include <algorithm>
@@ -23,6 +25,8 @@ namespace {
 
 constexpr size_t kWindow = 2;  // receives posted ahead per stream
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr int64_t kFloatBytes = static_cast<int64_t>(sizeof(float));
+constexpr int kNoRank = -1;
 
 // Message kinds on the ring communicator; part of the tag.
 enum Kind : int { kKvForward = 0, kKvBackward = 1, kDkvPartial = 2, kDkvReturn = 3, kNumKinds };
@@ -122,43 +126,443 @@ void AddInto(std::vector<float>& target, const std::vector<float>& source) {
 
 struct DistributedAttention::State {
   bool has_forward = false;
-  int64_t n = 0;                          // rows of the group's head layout
-  std::vector<float> q, o, lse, d_o, dq;  // [heads][n][d] ([heads][n] for lse)
-  std::vector<Buffer> kv;                 // per held segment: [K | V], each [seg heads][n][d]
+  int64_t group_rows = 0;                 // rows of the group's head layout
+  std::vector<float> q, o, lse, d_o, dq;  // [heads][group_rows][d] ([heads][group_rows] for lse)
+  std::vector<Buffer> kv;                 // per held segment: [K | V], each [seg heads][rows][d]
   std::vector<Buffer> dkv;                // same shape as kv
-  // Per held segment: local query-head indices in it, and each one's KV index in the segment.
-  std::vector<std::vector<int>> seg_heads;
-  std::vector<int> head_seg;     // local head index -> local segment index
-  std::vector<int> head_kv_pos;  // local head index -> KV index inside its segment
-  std::vector<int> kv_seg;       // index in role.kv_heads -> local segment index
-  std::vector<int> kv_pos;       // index in role.kv_heads -> KV index inside its segment
+  // Per held segment: local query-head indices in it; per local head, its KV index in the segment.
+  std::vector<std::vector<int>> segment_heads;
+  std::vector<int> head_kv_index;
+  std::vector<int> kv_segment;  // index in role.kv_heads -> local segment index
+  std::vector<int> kv_index;    // index in role.kv_heads -> KV index inside its segment
+};
+
+// A token-layout tensor: rows of `heads` heads of `width` values. An inbound exchange reads
+// `source`; an outbound one writes `target` (adding when `accumulate`, for dK/dV of shared heads).
+struct DistributedAttention::TokenTensor {
+  const float* source = nullptr;
+  float* target = nullptr;
+  int64_t heads = 0;
+  int64_t width = 0;
+  bool accumulate = false;
 };
 
 namespace {
 
-// The kernel inputs of one block: the query heads of held segment `li` (with their KV index in the
-// segment) against the block of ring position `origin_pos`, laid out [K | V][seg heads][rows][d].
-AttentionInputs BlockInputs(const AttentionLayout& lay, const RankRole& role,
-                            const DistributedAttention::State& st, const LayoutGroup& group,
-                            int li, int origin_pos, const float* kv_block, int head_dim,
-                            float scale) {
-  const LayoutGroup& origin = lay.RingGroup(origin_pos);
-  const int64_t nk = origin.num_tokens(), n = st.n, d = head_dim;
-  const int64_t seg_heads = static_cast<int64_t>(lay.segments[role.segments[li]].kv_heads.size());
-  AttentionInputs in;
-  in.head_dim = head_dim;
-  in.scale = scale;
-  in.q_positions = group.positions;
-  in.k_positions = origin.positions;
-  for (int hi : st.seg_heads[li]) {
-    in.q.push_back(st.q.data() + hi * n * d);
-    in.kv_index.push_back(st.head_kv_pos[hi]);
+using State = DistributedAttention::State;
+using TokenTensor = DistributedAttention::TokenTensor;
+
+// ---- All-to-all ---------------------------------------------------------------------------
+
+// One head of one tensor moved by an all-to-all: head `head` of tokens[tensor] in token layout;
+// in head layout the rows start at `head_rows` ([group rows][width]; this rank's slots only).
+struct Slot {
+  int tensor = 0;
+  int head = 0;
+  float* head_rows = nullptr;
+};
+
+// Everything one all-to-all moves: the token tensors, this rank's slots, and each member's slots
+// (the heads it holds, in the order the split table counts them).
+struct Exchange {
+  bool inbound = true;  // token -> head layout
+  std::vector<TokenTensor> tokens;
+  std::vector<Slot> my_slots;
+  std::vector<std::vector<Slot>> member_slots;
+};
+
+// The slots of a rank for one exchange: its query heads of the main tensor, (forward outbound)
+// their LSE, and (forward inbound, backward outbound) its KV heads of the K and V tensors. With
+// `state`, also where they live in this rank's head layout.
+std::vector<Slot> SlotsOf(const AttentionLayout& layout, const RankRole& role, Direction direction,
+                          bool inbound, State* state, int64_t head_dim) {
+  const bool carries_kv = (direction == Direction::kForward) == inbound;
+  const bool carries_lse = direction == Direction::kForward && !inbound;
+  std::vector<float>* query_rows = nullptr;
+  std::vector<Buffer>* kv_rows = nullptr;
+  if (state != nullptr) {
+    query_rows = direction == Direction::kForward ? (inbound ? &state->q : &state->o)
+                                                  : (inbound ? &state->d_o : &state->dq);
+    kv_rows = direction == Direction::kForward ? &state->kv : &state->dkv;
   }
-  for (int64_t index = 0; index < seg_heads; ++index) {
-    in.k.push_back(kv_block + index * nk * d);
-    in.v.push_back(kv_block + (seg_heads + index) * nk * d);
+  const int64_t rows = state != nullptr ? state->group_rows : 0;
+  std::vector<Slot> slots;
+  for (size_t local = 0; local < role.heads.size(); ++local) {
+    float* head_rows = query_rows ? query_rows->data() + local * rows * head_dim : nullptr;
+    slots.push_back(Slot{0, role.heads[local], head_rows});
   }
-  return in;
+  if (carries_lse) {
+    for (size_t local = 0; local < role.heads.size(); ++local) {
+      float* head_rows = state ? state->lse.data() + local * rows : nullptr;
+      slots.push_back(Slot{1, role.heads[local], head_rows});
+    }
+  }
+  if (!carries_kv) return slots;
+  for (int part = 0; part < 2; ++part) {  // K (or dK), then V (or dV)
+    for (size_t local = 0; local < role.kv_heads.size(); ++local) {
+      float* head_rows = nullptr;
+      if (state != nullptr) {
+        const int segment = state->kv_segment[local];
+        const int64_t segment_kv =
+            static_cast<int64_t>(layout.schedule.segments[role.segments[segment]].kv_heads.size());
+        head_rows = (*kv_rows)[segment]->data() +
+                    (part * segment_kv + state->kv_index[local]) * rows * head_dim;
+      }
+      slots.push_back(Slot{1 + part, role.kv_heads[local], head_rows});
+    }
+  }
+  return slots;
+}
+
+// Copies what `member` gets from this rank into `out`; returns the floats written.
+int64_t PackFor(const Exchange& exchange, int member, int64_t my_tokens, int64_t member_offset,
+                int64_t member_tokens, float* out) {
+  const float* const start = out;
+  if (exchange.inbound) {  // my token rows of the member's heads
+    for (const Slot& slot : exchange.member_slots[member]) {
+      const TokenTensor& tensor = exchange.tokens[slot.tensor];
+      for (int64_t row = 0; row < my_tokens; ++row, out += tensor.width) {
+        std::copy_n(tensor.source + (row * tensor.heads + slot.head) * tensor.width, tensor.width,
+                    out);
+      }
+    }
+  } else {  // the member's rows of my heads
+    for (const Slot& slot : exchange.my_slots) {
+      const int64_t width = exchange.tokens[slot.tensor].width;
+      out = std::copy_n(slot.head_rows + member_offset * width, member_tokens * width, out);
+    }
+  }
+  return out - start;
+}
+
+// Places what this rank got from `member`; returns the floats read.
+int64_t UnpackFrom(const Exchange& exchange, int member, int64_t my_tokens, int64_t member_offset,
+                   int64_t member_tokens, const float* in) {
+  const float* const start = in;
+  if (exchange.inbound) {  // the member's token rows of my heads
+    for (const Slot& slot : exchange.my_slots) {
+      const int64_t width = exchange.tokens[slot.tensor].width;
+      std::copy_n(in, member_tokens * width, slot.head_rows + member_offset * width);
+      in += member_tokens * width;
+    }
+  } else {  // my token rows of the member's heads
+    for (const Slot& slot : exchange.member_slots[member]) {
+      const TokenTensor& tensor = exchange.tokens[slot.tensor];
+      for (int64_t row = 0; row < my_tokens; ++row, in += tensor.width) {
+        float* target = tensor.target + (row * tensor.heads + slot.head) * tensor.width;
+        if (tensor.accumulate) {
+          for (int64_t col = 0; col < tensor.width; ++col) target[col] += in[col];
+        } else {
+          std::copy_n(in, tensor.width, target);
+        }
+      }
+    }
+  }
+  return in - start;
+}
+
+// The one all-to-all: counts and displacements come from the group's split table (bytes of fp32
+// values); packing and unpacking from the exchange's slots, checked against the table.
+void RunAllToAll(Comm& group_comm, const SplitTable& table, const LayoutGroup& group, int me,
+                 const Exchange& exchange) {
+  const int members = table.members;
+  std::vector<int64_t> send_counts(members), send_displs(members), recv_counts(members),
+      recv_displs(members);
+  int64_t send_total = 0;
+  int64_t recv_total = 0;
+  for (int member = 0; member < members; ++member) {
+    send_counts[member] = table.Bytes(me, member) / kFloatBytes;
+    recv_counts[member] = table.Bytes(member, me) / kFloatBytes;
+    send_displs[member] = send_total;
+    recv_displs[member] = recv_total;
+    send_total += send_counts[member];
+    recv_total += recv_counts[member];
+  }
+  const int64_t my_tokens = group.member_offset[me + 1] - group.member_offset[me];
+  std::vector<float> send(send_total);
+  for (int member = 0; member < members; ++member) {
+    const int64_t offset = group.member_offset[member];
+    const int64_t tokens = group.member_offset[member + 1] - offset;
+    const int64_t written =
+        PackFor(exchange, member, my_tokens, offset, tokens, send.data() + send_displs[member]);
+    HEXISEQ_CHECK(written == send_counts[member], "packed exactly the split table's bytes");
+  }
+  std::vector<float> recv(recv_total);
+  group_comm.Alltoallv(send.data(), send_counts, send_displs, recv.data(), recv_counts,
+                       recv_displs);
+  for (int member = 0; member < members; ++member) {
+    const int64_t offset = group.member_offset[member];
+    const int64_t tokens = group.member_offset[member + 1] - offset;
+    const int64_t read =
+        UnpackFrom(exchange, member, my_tokens, offset, tokens, recv.data() + recv_displs[member]);
+    HEXISEQ_CHECK(read == recv_counts[member], "unpacked exactly the split table's bytes");
+  }
+}
+
+// ---- Sub-ring runner ----------------------------------------------------------------------
+
+// The kernel applied to one block of one held segment: forward merges it into O/LSE; backward
+// adds dQ and writes the block's dK/dV partial into `dkv_block`.
+using BlockKernel =
+    std::function<void(int local_segment, int origin, const float* kv_block, float* dkv_block)>;
+
+// Runs one direction's sub-ring phase for one rank, exactly as the layer schedule lists it
+// (ForEachRingMessage): blocks primary to primary along their chains and on to replicas; in
+// backward, partials from replicas to their primary and one summed return to the owner's primary.
+class SubRingRunner {
+ public:
+  SubRingRunner(const AttentionLayout& layout, int rank, Direction direction, Comm& ring_comm,
+                PhaseTimes& times, State& state, BlockKernel kernel)
+      : layout_(layout),
+        schedule_(layout.schedule),
+        role_(layout.roles[rank]),
+        rank_(rank),
+        backward_(direction == Direction::kBackward),
+        state_(state),
+        kernel_(std::move(kernel)),
+        loop_(ring_comm, times) {}
+
+  void Run() {
+    for (size_t local = 0; local < role_.segments.size(); ++local) {
+      PostSegment(static_cast<int>(local));
+    }
+    for (size_t local = 0; local < role_.segments.size(); ++local) {
+      float* own_dkv = backward_ ? state_.dkv[local]->data() : nullptr;
+      kernel_(static_cast<int>(local), role_.ring_pos, state_.kv[local]->data(), own_dkv);
+    }
+    loop_.Run();
+    HEXISEQ_CHECK(partials_.empty(), "every dK/dV partial sum was completed and returned");
+  }
+
+ private:
+  struct PartialSum {
+    Buffer sum;
+    size_t missing = 0;
+  };
+
+  int Tag(int kind, int segment, int ring_pos) const {
+    const int segments = static_cast<int>(schedule_.segments.size());
+    return (kind * segments + segment) * schedule_.num_ring_groups() + ring_pos;
+  }
+  int KvKind() const { return backward_ ? kKvBackward : kKvForward; }
+  const std::vector<int>& Holders(int local) const {
+    return schedule_.segments[role_.segments[local]].holders[role_.ring_pos];
+  }
+  int64_t BlockFloats(int local, int origin) const {
+    return schedule_.BlockBytes(role_.segments[local], origin) / kFloatBytes;
+  }
+
+  // Receives for the blocks visiting this group, the partials (primary, backward) and the returns
+  // of the own block (primary, backward); sends the own block to the first group of its chain.
+  void PostSegment(int local) {
+    const int segment = role_.segments[local];
+    const bool primary = Holders(local).front() == rank_;
+    std::vector<MessageLoop::Expected> blocks;
+    std::vector<MessageLoop::Expected> partials;
+    for (int origin : schedule_.VisitingOrigins(role_.ring_pos)) {
+      blocks.push_back(BlockArrival(local, origin, primary));
+      if (!primary || !backward_) continue;
+      for (size_t replica = 1; replica < Holders(local).size(); ++replica) {
+        MessageLoop::Expected partial;
+        partial.source = Holders(local)[replica];
+        partial.tag = Tag(kDkvPartial, segment, origin);
+        partial.count = BlockFloats(local, origin);
+        partial.on_arrival = [this, local, origin](const Buffer& data) {
+          Contribute(local, origin, data);
+        };
+        partials.push_back(std::move(partial));
+      }
+    }
+    loop_.AddStream(std::move(blocks));
+    loop_.AddStream(std::move(partials));
+    if (!primary) return;
+    const BlockChain& chain = schedule_.chains[role_.ring_pos];
+    if (!chain.hops.empty()) {
+      loop_.Send(state_.kv[local], schedule_.segments[segment].Primary(chain.hops.front().ring_pos),
+                 Tag(KvKind(), segment, role_.ring_pos));
+    }
+    if (backward_) PostReturns(local);
+  }
+
+  MessageLoop::Expected BlockArrival(int local, int origin, bool primary) {
+    const int segment = role_.segments[local];
+    const KvSegment& kv_segment = schedule_.segments[segment];
+    const BlockChain& chain = schedule_.chains[origin];
+    const int hop = schedule_.HopIndex(origin, role_.ring_pos);
+    MessageLoop::Expected expected;
+    expected.tag = Tag(KvKind(), segment, origin);
+    expected.count = BlockFloats(local, origin);
+    if (!primary) {
+      expected.source = Holders(local).front();
+    } else {
+      expected.source =
+          hop == 0 ? kv_segment.Primary(origin) : kv_segment.Primary(chain.hops[hop - 1].ring_pos);
+    }
+    const bool has_next = primary && hop + 1 < static_cast<int>(chain.hops.size());
+    const int next = has_next ? kv_segment.Primary(chain.hops[hop + 1].ring_pos) : kNoRank;
+    expected.on_arrival = [this, local, origin, primary, next](const Buffer& block) {
+      OnBlock(local, origin, primary, next, block);
+    };
+    return expected;
+  }
+
+  void OnBlock(int local, int origin, bool primary, int next, const Buffer& block) {
+    const int segment = role_.segments[local];
+    if (primary) {
+      if (next != kNoRank) loop_.Send(block, next, Tag(KvKind(), segment, origin));
+      for (size_t replica = 1; replica < Holders(local).size(); ++replica) {
+        loop_.Send(block, Holders(local)[replica], Tag(KvKind(), segment, origin));
+      }
+    }
+    if (!backward_) {
+      kernel_(local, origin, block->data(), nullptr);
+      return;
+    }
+    auto partial = std::make_shared<std::vector<float>>(block->size(), 0.0f);
+    kernel_(local, origin, block->data(), partial->data());
+    if (primary) {
+      Contribute(local, origin, partial);
+    } else {
+      loop_.Send(partial, Holders(local).front(), Tag(kDkvPartial, segment, origin));
+    }
+  }
+
+  // Sums the partials of this group at its primary; the last one sends the sum to the owner.
+  void Contribute(int local, int origin, const Buffer& partial) {
+    PartialSum& entry = partials_[{local, origin}];
+    if (!entry.sum) {
+      entry.sum = partial;
+      entry.missing = Holders(local).size();
+    } else {
+      AddInto(*entry.sum, *partial);
+    }
+    if (--entry.missing > 0) return;
+    const int segment = role_.segments[local];
+    loop_.Send(entry.sum, schedule_.segments[segment].Primary(origin),
+               Tag(kDkvReturn, segment, role_.ring_pos));
+    partials_.erase({local, origin});
+  }
+
+  void PostReturns(int local) {
+    const int segment = role_.segments[local];
+    std::vector<MessageLoop::Expected> returns;
+    for (const ChainHop& hop : schedule_.chains[role_.ring_pos].hops) {
+      MessageLoop::Expected expected;
+      expected.source = schedule_.segments[segment].Primary(hop.ring_pos);
+      expected.tag = Tag(kDkvReturn, segment, hop.ring_pos);
+      expected.count = static_cast<int64_t>(state_.dkv[local]->size());
+      expected.on_arrival = [this, local](const Buffer& data) {
+        AddInto(*state_.dkv[local], *data);
+      };
+      returns.push_back(std::move(expected));
+    }
+    loop_.AddStream(std::move(returns));
+  }
+
+  const AttentionLayout& layout_;
+  const LayerSchedule& schedule_;
+  const RankRole& role_;
+  int rank_;
+  bool backward_;
+  State& state_;
+  BlockKernel kernel_;
+  MessageLoop loop_;
+  std::map<std::pair<int, int>, PartialSum> partials_;  // (local segment, origin)
+};
+
+// The kernel inputs of one block: the query heads of held segment `local` (with their KV index in
+// the segment) against the block of ring position `origin`, laid out [K | V][seg heads][rows][d].
+AttentionInputs BlockInputs(const AttentionLayout& layout, const RankRole& role, const State& state,
+                            int local, int origin, const float* kv_block, int head_dim) {
+  const LayoutGroup& origin_group = layout.RingGroup(origin);
+  const int64_t block_rows = origin_group.num_tokens();
+  const int64_t query_rows = state.group_rows;
+  const int64_t segment_kv =
+      static_cast<int64_t>(layout.schedule.segments[role.segments[local]].kv_heads.size());
+  AttentionInputs inputs;
+  inputs.head_dim = head_dim;
+  inputs.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  inputs.q_positions = layout.groups[role.group].positions;
+  inputs.k_positions = origin_group.positions;
+  for (int head : state.segment_heads[local]) {
+    inputs.q.push_back(state.q.data() + head * query_rows * head_dim);
+    inputs.kv_index.push_back(state.head_kv_index[head]);
+  }
+  for (int64_t kv = 0; kv < segment_kv; ++kv) {
+    inputs.k.push_back(kv_block + kv * block_rows * head_dim);
+    inputs.v.push_back(kv_block + (segment_kv + kv) * block_rows * head_dim);
+  }
+  return inputs;
+}
+
+// Where each local query head and each needed KV head sits among the held segments.
+void IndexHeldSegments(const AttentionLayout& layout, const RankRole& role, State& state) {
+  auto locate = [&](int kv, auto&& on_found) {
+    for (size_t local = 0; local < role.segments.size(); ++local) {
+      const std::vector<int>& kvs = layout.schedule.segments[role.segments[local]].kv_heads;
+      auto found = std::find(kvs.begin(), kvs.end(), kv);
+      if (found != kvs.end())
+        on_found(static_cast<int>(local), static_cast<int>(found - kvs.begin()));
+    }
+  };
+  state.segment_heads.resize(role.segments.size());
+  for (size_t head = 0; head < role.heads.size(); ++head) {
+    locate(layout.kv_of(role.heads[head]), [&](int local, int kv_index) {
+      state.head_kv_index.push_back(kv_index);
+      state.segment_heads[local].push_back(static_cast<int>(head));
+    });
+  }
+  for (int kv : role.kv_heads) {
+    locate(kv, [&](int local, int kv_index) {
+      state.kv_segment.push_back(local);
+      state.kv_index.push_back(kv_index);
+    });
+  }
+  HEXISEQ_CHECK(state.head_kv_index.size() == role.heads.size() &&
+                    state.kv_segment.size() == role.kv_heads.size(),
+                "every needed KV head belongs to exactly one held segment");
+}
+
+// Tags and message sizes the transport must support for this schedule.
+Result<void> CheckTransportLimits(const LayerSchedule& schedule, const Comm& world) {
+  const int ring_groups = schedule.num_ring_groups();
+  const int64_t num_segments = static_cast<int64_t>(schedule.segments.size());
+  const int64_t max_tag = (kNumKinds * num_segments) * std::max(ring_groups, 1);
+  if (max_tag > world.max_tag()) {
+    return NotSupported(StrCat("plan needs message tags up to ", max_tag, " (", num_segments,
+                               " KV segments x ", ring_groups,
+                               " ring groups) but the transport allows ", world.max_tag()));
+  }
+  for (int segment = 0; segment < num_segments; ++segment) {
+    for (int origin = 0; origin < ring_groups; ++origin) {
+      const int64_t bytes = schedule.BlockBytes(segment, origin);
+      if (bytes <= static_cast<int64_t>(INT_MAX)) continue;
+      return NotSupported(StrCat("a K/V block of ", schedule.RingGroup(origin).num_tokens,
+                                 " tokens x ", schedule.segments[segment].kv_heads.size(),
+                                 " KV heads x head_dim ", schedule.sizes.head_dim, " is ", bytes,
+                                 " bytes, over the ", INT_MAX,
+                                 "-byte message limit of the transport (hint: use more groups)"));
+    }
+  }
+  return {};
+}
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::string text;
+  for (int rank : ranks) text += (text.empty() ? "" : ", ") + std::to_string(rank);
+  return text;
+}
+
+// "rank 3 <what> X; ranks 0, 1 <what> Y" for every distinct value.
+template <class Value, class Format>
+std::string DescribeGroups(const std::map<Value, std::vector<int>>& ranks_by_value,
+                           const std::string& what, Format format) {
+  std::string parts;
+  for (const auto& [value, ranks] : ranks_by_value) {
+    parts += StrCat(parts.empty() ? "" : "; ", "rank", ranks.size() > 1 ? "s" : "", " ",
+                    RankList(ranks), " ", what, " ", format(value));
+  }
+  return parts;
 }
 
 }  // namespace
@@ -171,33 +575,22 @@ Result<void> CheckPlanAgreement(Comm& comm, const Plan& plan, int head_dim) {
   const Entry mine{PlanHash(plan), head_dim};
   std::vector<Entry> all(comm.size());
   comm.Allgather(&mine, sizeof(Entry), all.data());
-  std::map<uint64_t, std::vector<int>> by_hash;
-  std::map<int64_t, std::vector<int>> by_dim;
+  std::map<uint64_t, std::vector<int>> ranks_by_hash;
+  std::map<int64_t, std::vector<int>> ranks_by_dim;
   for (int rank = 0; rank < comm.size(); ++rank) {
-    by_hash[all[rank].hash].push_back(rank);
-    by_dim[all[rank].head_dim].push_back(rank);
+    ranks_by_hash[all[rank].hash].push_back(rank);
+    ranks_by_dim[all[rank].head_dim].push_back(rank);
   }
-  auto list = [](const std::vector<int>& ranks) {
-    std::string text;
-    for (int rank : ranks) text += (text.empty() ? "" : ", ") + std::to_string(rank);
-    return text;
-  };
-  if (by_hash.size() > 1) {
-    std::string parts;
-    for (const auto& [hash, ranks] : by_hash) {
-      parts += StrCat(parts.empty() ? "" : "; ", "rank", ranks.size() > 1 ? "s" : "", " ",
-                      list(ranks), " loaded plan hash ", Hex(hash));
-    }
-    return InvalidArgument(StrCat("plan mismatch across ranks: ", parts,
-                                  " (hint: give every rank the same plan file)"));
+  if (ranks_by_hash.size() > 1) {
+    return InvalidArgument(StrCat(
+        "plan mismatch across ranks: ",
+        DescribeGroups(ranks_by_hash, "loaded plan hash", [](uint64_t hash) { return Hex(hash); }),
+        " (hint: give every rank the same plan file)"));
   }
-  if (by_dim.size() > 1) {
-    std::string parts;
-    for (const auto& [dim, ranks] : by_dim) {
-      parts += StrCat(parts.empty() ? "" : "; ", "rank", ranks.size() > 1 ? "s" : "", " ",
-                      list(ranks), " use head_dim ", dim);
-    }
-    return InvalidArgument(StrCat("head_dim mismatch across ranks: ", parts));
+  if (ranks_by_dim.size() > 1) {
+    return InvalidArgument(
+        StrCat("head_dim mismatch across ranks: ",
+               DescribeGroups(ranks_by_dim, "use head_dim", [](int64_t dim) { return dim; })));
   }
   if (plan.num_ranks != comm.size()) {
     return InvalidArgument(StrCat("plan: num_ranks = ", plan.num_ranks, " but ", comm.size(),
@@ -228,64 +621,110 @@ Result<std::unique_ptr<DistributedAttention>> DistributedAttention::Create(const
   if (head_dim < 1) {
     return InvalidArgument(StrCat("head_dim = ", head_dim, ": must be >= 1"));
   }
-  auto layout = AttentionLayout::Build(plan);
+  auto layout = AttentionLayout::Build(plan, head_dim);
   if (!layout) return std::unexpected(layout.error());
-  const int m = static_cast<int>(layout->ring.size());
-  const int64_t num_segments = static_cast<int64_t>(layout->segments.size());
-  const int64_t max_tag = (kNumKinds * num_segments) * std::max(m, 1);
-  if (max_tag > world.max_tag()) {
-    return NotSupported(StrCat("plan needs message tags up to ", max_tag, " (", num_segments,
-                               " KV segments x ", m, " ring groups) but the transport allows ",
-                               world.max_tag()));
-  }
-  for (const KvSegment& segment : layout->segments) {
-    for (int pos = 0; pos < m; ++pos) {
-      const double bytes = 2.0 * static_cast<double>(segment.kv_heads.size()) *
-                           static_cast<double>(layout->RingGroup(pos).num_tokens()) * head_dim *
-                           sizeof(float);
-      if (bytes > static_cast<double>(INT_MAX)) {
-        return NotSupported(StrCat("a K/V block of ", layout->RingGroup(pos).num_tokens(),
-                                   " tokens x ", segment.kv_heads.size(), " KV heads x head_dim ",
-                                   head_dim, " is ", static_cast<int64_t>(bytes),
-                                   " bytes, over the ", INT_MAX,
-                                   "-byte message limit of the transport (hint: use more groups)"));
-      }
-    }
+  if (auto limits = CheckTransportLimits(layout->schedule, world); !limits) {
+    return std::unexpected(limits.error());
   }
   std::unique_ptr<DistributedAttention> attention(
       new DistributedAttention(std::move(*layout), world, head_dim));
   const RankRole& role = attention->layout_.roles[attention->rank_];
   attention->group_comm_ = world.Split(role.group, role.member);
   attention->ring_comm_ = world.Dup();
-
   State& state = *attention->state_;
-  const AttentionLayout& lay = attention->layout_;
-  state.n = lay.groups[role.group].num_tokens();
-  state.seg_heads.resize(role.segments.size());
-  for (size_t hi = 0; hi < role.heads.size(); ++hi) {
-    const int kv = lay.kv_of(role.heads[hi]);
-    for (size_t li = 0; li < role.segments.size(); ++li) {
-      const std::vector<int>& kvs = lay.segments[role.segments[li]].kv_heads;
-      auto it = std::find(kvs.begin(), kvs.end(), kv);
-      if (it == kvs.end()) continue;
-      state.head_seg.push_back(static_cast<int>(li));
-      state.head_kv_pos.push_back(static_cast<int>(it - kvs.begin()));
-      state.seg_heads[li].push_back(static_cast<int>(hi));
-    }
-  }
-  for (int kv : role.kv_heads) {
-    for (size_t li = 0; li < role.segments.size(); ++li) {
-      const std::vector<int>& kvs = lay.segments[role.segments[li]].kv_heads;
-      auto it = std::find(kvs.begin(), kvs.end(), kv);
-      if (it == kvs.end()) continue;
-      state.kv_seg.push_back(static_cast<int>(li));
-      state.kv_pos.push_back(static_cast<int>(it - kvs.begin()));
-    }
-  }
-  HEXISEQ_CHECK(
-      state.head_seg.size() == role.heads.size() && state.kv_seg.size() == role.kv_heads.size(),
-      "every needed KV head belongs to exactly one held segment");
+  state.group_rows = attention->layout_.groups[role.group].num_tokens();
+  IndexHeldSegments(attention->layout_, role, state);
   return attention;
+}
+
+void DistributedAttention::AllocateHeadLayout(Direction direction) {
+  State& state = *state_;
+  const RankRole& role = layout_.roles[rank_];
+  const int64_t head_floats =
+      static_cast<int64_t>(role.heads.size()) * state.group_rows * head_dim_;
+  std::vector<Buffer>& blocks = direction == Direction::kForward ? state.kv : state.dkv;
+  blocks.clear();
+  for (int segment : role.segments) {
+    blocks.push_back(std::make_shared<std::vector<float>>(
+        2 * layout_.schedule.segments[segment].kv_heads.size() * state.group_rows * head_dim_));
+  }
+  if (direction == Direction::kForward) {
+    state.q.assign(head_floats, 0.0f);
+    state.o.assign(head_floats, 0.0f);
+    state.lse.assign(static_cast<int64_t>(role.heads.size()) * state.group_rows, kNegInf);
+  } else {
+    state.d_o.assign(head_floats, 0.0f);
+    state.dq.assign(head_floats, 0.0f);
+  }
+}
+
+void DistributedAttention::ComputeBlock(Direction direction, int local, int origin,
+                                        const float* kv_block, float* dkv_block,
+                                        PhaseTimes& times) {
+  const Clock::time_point start = Clock::now();
+  State& state = *state_;
+  const RankRole& role = layout_.roles[rank_];
+  const AttentionInputs inputs =
+      BlockInputs(layout_, role, state, local, origin, kv_block, head_dim_);
+  const int64_t query_floats = state.group_rows * head_dim_;
+  if (direction == Direction::kForward) {
+    ForwardOutputs outputs;
+    for (int head : state.segment_heads[local]) {
+      outputs.o.push_back(state.o.data() + head * query_floats);
+      outputs.lse.push_back(state.lse.data() + head * state.group_rows);
+    }
+    AttentionForward(inputs, outputs, /*accumulate=*/true);
+  } else {
+    const int64_t block_floats = layout_.RingGroup(origin).num_tokens() * head_dim_;
+    const int64_t segment_kv = static_cast<int64_t>(inputs.k.size());
+    BackwardArgs args;
+    for (int head : state.segment_heads[local]) {
+      args.o.push_back(state.o.data() + head * query_floats);
+      args.d_o.push_back(state.d_o.data() + head * query_floats);
+      args.lse.push_back(state.lse.data() + head * state.group_rows);
+      args.dq.push_back(state.dq.data() + head * query_floats);
+    }
+    for (int64_t kv = 0; kv < segment_kv; ++kv) {
+      args.dk.push_back(dkv_block + kv * block_floats);
+      args.dv.push_back(dkv_block + (segment_kv + kv) * block_floats);
+    }
+    AttentionBackward(inputs, args);
+  }
+  times.compute += Since(start);
+}
+
+void DistributedAttention::RunPass(Direction direction, const std::vector<TokenTensor>& inbound,
+                                   const std::vector<TokenTensor>& outbound, PhaseTimes& times) {
+  const RankRole& role = layout_.roles[rank_];
+  const LayoutGroup& group = layout_.groups[role.group];
+  const GroupSchedule& group_schedule = layout_.schedule.groups[role.group];
+  AllocateHeadLayout(direction);
+  auto exchange_of = [&](bool is_inbound, const std::vector<TokenTensor>& tensors) {
+    Exchange exchange;
+    exchange.inbound = is_inbound;
+    exchange.tokens = tensors;
+    exchange.my_slots = SlotsOf(layout_, role, direction, is_inbound, state_.get(), head_dim_);
+    for (int member_rank : group.ranks) {
+      exchange.member_slots.push_back(
+          SlotsOf(layout_, layout_.roles[member_rank], direction, is_inbound, nullptr, head_dim_));
+    }
+    return exchange;
+  };
+  Clock::time_point start = Clock::now();
+  RunAllToAll(*group_comm_, group_schedule.Inbound(direction), group, role.member,
+              exchange_of(true, inbound));
+  times.alltoall += Since(start);
+  if (role.ring_pos >= 0) {
+    SubRingRunner(layout_, rank_, direction, *ring_comm_, times, *state_,
+                  [&](int local, int origin, const float* kv_block, float* dkv_block) {
+                    ComputeBlock(direction, local, origin, kv_block, dkv_block, times);
+                  })
+        .Run();
+  }
+  start = Clock::now();
+  RunAllToAll(*group_comm_, group_schedule.Outbound(direction), group, role.member,
+              exchange_of(false, outbound));
+  times.alltoall += Since(start);
 }
 
 Result<AttentionOutputs> DistributedAttention::Forward(std::span<const float> q,
@@ -293,471 +732,57 @@ Result<AttentionOutputs> DistributedAttention::Forward(std::span<const float> q,
                                                        std::span<const float> v) {
   const Clock::time_point call_start = Clock::now();
   forward_times_ = PhaseTimes{};
-  PhaseTimes& times = forward_times_;
-  const AttentionLayout& lay = layout_;
-  const RankRole& role = lay.roles[rank_];
-  const LayoutGroup& group = lay.groups[role.group];
-  const int64_t d = head_dim_;
-  const int64_t H = lay.num_heads;
-  const int64_t G = lay.num_kv_heads;
-  const int64_t s_me = role.num_tokens;
-  HEXISEQ_CHECK(static_cast<int64_t>(q.size()) == s_me * H * d, "q must be [s_r][H][head_dim]");
-  HEXISEQ_CHECK(static_cast<int64_t>(k.size()) == s_me * G * d, "k must be [s_r][G][head_dim]");
-  HEXISEQ_CHECK(static_cast<int64_t>(v.size()) == s_me * G * d, "v must be [s_r][G][head_dim]");
-  State& st = *state_;
-  const int64_t n = st.n;
-  const int64_t nh = static_cast<int64_t>(role.heads.size());
-  const int members = static_cast<int>(group.ranks.size());
-
-  // ---- 1. all-to-all: token layout -> head layout.
-  Clock::time_point start = Clock::now();
-  {
-    std::vector<int64_t> send_counts(members), send_displs(members), recv_counts(members),
-        recv_displs(members);
-    int64_t send_total = 0;
-    int64_t recv_total = 0;
-    for (int member = 0; member < members; ++member) {
-      const RankRole& peer = lay.roles[group.ranks[member]];
-      const int64_t s_peer = peer.num_tokens;
-      send_counts[member] =
-          s_me * (static_cast<int64_t>(peer.heads.size()) + 2 * peer.kv_heads.size()) * d;
-      recv_counts[member] = s_peer * (nh + 2 * static_cast<int64_t>(role.kv_heads.size())) * d;
-      send_displs[member] = send_total;
-      recv_displs[member] = recv_total;
-      send_total += send_counts[member];
-      recv_total += recv_counts[member];
-    }
-    std::vector<float> send(send_total);
-    for (int member = 0; member < members; ++member) {
-      const RankRole& peer = lay.roles[group.ranks[member]];
-      float* out = send.data() + send_displs[member];
-      for (int head : peer.heads) {
-        for (int64_t row = 0; row < s_me; ++row, out += d) {
-          std::copy_n(q.data() + (row * H + head) * d, d, out);
-        }
-      }
-      for (const std::span<const float>& source : {k, v}) {
-        for (int kv : peer.kv_heads) {
-          for (int64_t row = 0; row < s_me; ++row, out += d) {
-            std::copy_n(source.data() + (row * G + kv) * d, d, out);
-          }
-        }
-      }
-    }
-    std::vector<float> recv(recv_total);
-    group_comm_->Alltoallv(send.data(), send_counts, send_displs, recv.data(), recv_counts,
-                           recv_displs);
-    st.q.assign(nh * n * d, 0.0f);
-    st.kv.clear();
-    for (int seg : role.segments) {
-      st.kv.push_back(
-          std::make_shared<std::vector<float>>(2 * lay.segments[seg].kv_heads.size() * n * d));
-    }
-    for (int member = 0; member < members; ++member) {
-      const int64_t offset = group.member_offset[member];
-      const int64_t s_peer = group.member_offset[member + 1] - offset;
-      const float* in = recv.data() + recv_displs[member];
-      for (int64_t hi = 0; hi < nh; ++hi, in += s_peer * d) {
-        std::copy_n(in, s_peer * d, st.q.data() + (hi * n + offset) * d);
-      }
-      for (int part = 0; part < 2; ++part) {
-        for (size_t ki = 0; ki < role.kv_heads.size(); ++ki, in += s_peer * d) {
-          const int li = st.kv_seg[ki];
-          const int64_t seg_heads =
-              static_cast<int64_t>(lay.segments[role.segments[li]].kv_heads.size());
-          float* target = st.kv[li]->data() + ((part * seg_heads + st.kv_pos[ki]) * n + offset) * d;
-          std::copy_n(in, s_peer * d, target);
-        }
-      }
-    }
-  }
-  times.alltoall += Since(start);
-
-  // ---- 2. attention over the local block, then the sub-rings.
-  st.o.assign(nh * n * d, 0.0f);
-  st.lse.assign(nh * n, kNegInf);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  auto compute = [&](int li, int origin_pos, const float* kv_block) {
-    const Clock::time_point compute_start = Clock::now();
-    const AttentionInputs in =
-        BlockInputs(lay, role, st, group, li, origin_pos, kv_block, head_dim_, scale);
-    ForwardOutputs out;
-    for (int hi : st.seg_heads[li]) {
-      out.o.push_back(st.o.data() + hi * n * d);
-      out.lse.push_back(st.lse.data() + hi * n);
-    }
-    AttentionForward(in, out, /*accumulate=*/true);
-    times.compute += Since(compute_start);
-  };
-
-  MessageLoop loop(*ring_comm_, times);
-  const int m = static_cast<int>(lay.ring.size());
-  const int pos = role.ring_pos;
-  const int num_segments = static_cast<int>(lay.segments.size());
-  auto tag = [&](int kind, int seg, int ring_pos) {
-    return (kind * num_segments + seg) * m + ring_pos;
-  };
-  for (size_t li = 0; li < role.segments.size(); ++li) {
-    const int seg = role.segments[li];
-    const std::vector<int>& holders = lay.segments[seg].holders[pos];
-    const bool primary = holders.front() == role.member;
-    const int64_t seg_heads = static_cast<int64_t>(lay.segments[seg].kv_heads.size());
-    std::vector<MessageLoop::Expected> stream;
-    for (int distance = 1; distance < m; ++distance) {
-      const int origin = (pos - distance + m) % m;
-      if (!lay.needs[pos][origin]) continue;
-      MessageLoop::Expected expected;
-      expected.tag = tag(kKvForward, seg, origin);
-      expected.count = 2 * seg_heads * lay.RingGroup(origin).num_tokens() * d;
-      if (primary) {
-        const std::vector<int> chain = lay.Chain(origin);
-        const size_t at = std::find(chain.begin(), chain.end(), pos) - chain.begin();
-        expected.source = lay.PrimaryRank(seg, at == 0 ? origin : chain[at - 1]);
-        const int next = at + 1 < chain.size() ? lay.PrimaryRank(seg, chain[at + 1]) : -1;
-        expected.on_arrival = [&, li, origin, next, seg, holders](const Buffer& block) {
-          if (next >= 0) loop.Send(block, next, tag(kKvForward, seg, origin));
-          for (size_t hi = 1; hi < holders.size(); ++hi) {
-            loop.Send(block, group.ranks[holders[hi]], tag(kKvForward, seg, origin));
-          }
-          compute(static_cast<int>(li), origin, block->data());
-        };
-      } else {
-        expected.source = group.ranks[holders.front()];
-        expected.on_arrival = [&, li, origin](const Buffer& block) {
-          compute(static_cast<int>(li), origin, block->data());
-        };
-      }
-      stream.push_back(std::move(expected));
-    }
-    loop.AddStream(std::move(stream));
-    if (primary) {
-      const std::vector<int> chain = lay.Chain(pos);
-      if (!chain.empty()) {
-        loop.Send(st.kv[li], lay.PrimaryRank(seg, chain.front()), tag(kKvForward, seg, pos));
-      }
-    }
-  }
-  for (size_t li = 0; li < role.segments.size(); ++li) {
-    compute(static_cast<int>(li), pos, st.kv[li]->data());
-  }
-  loop.Run();
-
-  // ---- 3. reverse all-to-all: O and LSE back to token layout.
-  start = Clock::now();
+  const int64_t heads = layout_.num_heads;
+  const int64_t kv_heads = layout_.num_kv_heads;
+  const int64_t rows = num_tokens();
+  HEXISEQ_CHECK(static_cast<int64_t>(q.size()) == rows * heads * head_dim_,
+                "q must be [s_r][H][head_dim]");
+  HEXISEQ_CHECK(static_cast<int64_t>(k.size()) == rows * kv_heads * head_dim_,
+                "k must be [s_r][G][head_dim]");
+  HEXISEQ_CHECK(static_cast<int64_t>(v.size()) == rows * kv_heads * head_dim_,
+                "v must be [s_r][G][head_dim]");
   AttentionOutputs result;
-  result.o.assign(s_me * H * d, 0.0f);
-  result.lse.assign(s_me * H, kNegInf);
-  {
-    std::vector<int64_t> send_counts(members), send_displs(members), recv_counts(members),
-        recv_displs(members);
-    int64_t send_total = 0;
-    int64_t recv_total = 0;
-    for (int member = 0; member < members; ++member) {
-      const RankRole& peer = lay.roles[group.ranks[member]];
-      send_counts[member] = nh * peer.num_tokens * (d + 1);
-      recv_counts[member] = static_cast<int64_t>(peer.heads.size()) * s_me * (d + 1);
-      send_displs[member] = send_total;
-      recv_displs[member] = recv_total;
-      send_total += send_counts[member];
-      recv_total += recv_counts[member];
-    }
-    std::vector<float> send(send_total);
-    for (int member = 0; member < members; ++member) {
-      const int64_t offset = group.member_offset[member];
-      const int64_t s_peer = group.member_offset[member + 1] - offset;
-      float* out = send.data() + send_displs[member];
-      for (int64_t hi = 0; hi < nh; ++hi, out += s_peer * d) {
-        std::copy_n(st.o.data() + (hi * n + offset) * d, s_peer * d, out);
-      }
-      for (int64_t hi = 0; hi < nh; ++hi, out += s_peer) {
-        std::copy_n(st.lse.data() + hi * n + offset, s_peer, out);
-      }
-    }
-    std::vector<float> recv(recv_total);
-    group_comm_->Alltoallv(send.data(), send_counts, send_displs, recv.data(), recv_counts,
-                           recv_displs);
-    for (int member = 0; member < members; ++member) {
-      const RankRole& peer = lay.roles[group.ranks[member]];
-      const float* in = recv.data() + recv_displs[member];
-      for (int head : peer.heads) {
-        for (int64_t row = 0; row < s_me; ++row, in += d) {
-          std::copy_n(in, d, result.o.data() + (row * H + head) * d);
-        }
-      }
-      for (int head : peer.heads) {
-        for (int64_t row = 0; row < s_me; ++row, ++in) result.lse[row * H + head] = *in;
-      }
-    }
-  }
-  times.alltoall += Since(start);
-  st.has_forward = true;
-  times.total = Since(call_start);
+  result.o.assign(rows * heads * head_dim_, 0.0f);
+  result.lse.assign(rows * heads, kNegInf);
+  RunPass(Direction::kForward,
+          {{q.data(), nullptr, heads, head_dim_, false},
+           {k.data(), nullptr, kv_heads, head_dim_, false},
+           {v.data(), nullptr, kv_heads, head_dim_, false}},
+          {{nullptr, result.o.data(), heads, head_dim_, false},
+           {nullptr, result.lse.data(), heads, 1, false}},
+          forward_times_);
+  state_->has_forward = true;
+  forward_times_.total = Since(call_start);
   return result;
 }
 
 Result<AttentionGradients> DistributedAttention::Backward(std::span<const float> d_o) {
-  State& st = *state_;
-  if (!st.has_forward) {
+  if (!state_->has_forward) {
     return InvalidArgument("DistributedAttention::Backward called before Forward");
   }
   const Clock::time_point call_start = Clock::now();
   backward_times_ = PhaseTimes{};
-  PhaseTimes& times = backward_times_;
-  const AttentionLayout& lay = layout_;
-  const RankRole& role = lay.roles[rank_];
-  const LayoutGroup& group = lay.groups[role.group];
-  const int64_t d = head_dim_;
-  const int64_t H = lay.num_heads;
-  const int64_t G = lay.num_kv_heads;
-  const int64_t s_me = role.num_tokens;
-  HEXISEQ_CHECK(static_cast<int64_t>(d_o.size()) == s_me * H * d, "d_o must be [s_r][H][head_dim]");
-  const int64_t n = st.n;
-  const int64_t nh = static_cast<int64_t>(role.heads.size());
-  const int members = static_cast<int>(group.ranks.size());
-
-  // ---- 1. all-to-all: dO to head layout.
-  Clock::time_point start = Clock::now();
-  {
-    std::vector<int64_t> send_counts(members), send_displs(members), recv_counts(members),
-        recv_displs(members);
-    int64_t send_total = 0;
-    int64_t recv_total = 0;
-    for (int member = 0; member < members; ++member) {
-      const RankRole& peer = lay.roles[group.ranks[member]];
-      send_counts[member] = s_me * static_cast<int64_t>(peer.heads.size()) * d;
-      recv_counts[member] = peer.num_tokens * nh * d;
-      send_displs[member] = send_total;
-      recv_displs[member] = recv_total;
-      send_total += send_counts[member];
-      recv_total += recv_counts[member];
-    }
-    std::vector<float> send(send_total);
-    for (int member = 0; member < members; ++member) {
-      const RankRole& peer = lay.roles[group.ranks[member]];
-      float* out = send.data() + send_displs[member];
-      for (int head : peer.heads) {
-        for (int64_t row = 0; row < s_me; ++row, out += d) {
-          std::copy_n(d_o.data() + (row * H + head) * d, d, out);
-        }
-      }
-    }
-    std::vector<float> recv(recv_total);
-    group_comm_->Alltoallv(send.data(), send_counts, send_displs, recv.data(), recv_counts,
-                           recv_displs);
-    st.d_o.assign(nh * n * d, 0.0f);
-    for (int member = 0; member < members; ++member) {
-      const int64_t offset = group.member_offset[member];
-      const int64_t s_peer = group.member_offset[member + 1] - offset;
-      const float* in = recv.data() + recv_displs[member];
-      for (int64_t hi = 0; hi < nh; ++hi, in += s_peer * d) {
-        std::copy_n(in, s_peer * d, st.d_o.data() + (hi * n + offset) * d);
-      }
-    }
-  }
-  times.alltoall += Since(start);
-
-  // ---- 2. local block and sub-rings; foreign dK/dV partials return to their owners.
-  st.dq.assign(nh * n * d, 0.0f);
-  st.dkv.clear();
-  for (const Buffer& kv : st.kv) st.dkv.push_back(std::make_shared<std::vector<float>>(kv->size()));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  auto compute = [&](int li, int origin_pos, const float* kv_block, float* dkv_block) {
-    const Clock::time_point compute_start = Clock::now();
-    const AttentionInputs in =
-        BlockInputs(lay, role, st, group, li, origin_pos, kv_block, head_dim_, scale);
-    const int64_t nk = lay.RingGroup(origin_pos).num_tokens();
-    const int64_t seg_heads = static_cast<int64_t>(in.k.size());
-    BackwardArgs args;
-    for (int hi : st.seg_heads[li]) {
-      args.o.push_back(st.o.data() + hi * n * d);
-      args.d_o.push_back(st.d_o.data() + hi * n * d);
-      args.lse.push_back(st.lse.data() + hi * n);
-      args.dq.push_back(st.dq.data() + hi * n * d);
-    }
-    for (int64_t index = 0; index < seg_heads; ++index) {
-      args.dk.push_back(dkv_block + index * nk * d);
-      args.dv.push_back(dkv_block + (seg_heads + index) * nk * d);
-    }
-    AttentionBackward(in, args);
-    times.compute += Since(compute_start);
-  };
-
-  MessageLoop loop(*ring_comm_, times);
-  const int m = static_cast<int>(lay.ring.size());
-  const int pos = role.ring_pos;
-  const int num_segments = static_cast<int>(lay.segments.size());
-  auto tag = [&](int kind, int seg, int ring_pos) {
-    return (kind * num_segments + seg) * m + ring_pos;
-  };
-  // Primary bookkeeping: (local segment, origin) -> partial sum and contributions still missing.
-  struct PartialSum {
-    Buffer sum;
-    size_t missing = 0;
-  };
-  std::map<std::pair<int, int>, PartialSum> partials;
-  auto contribute = [&](int li, int origin, const Buffer& partial, size_t expected) {
-    PartialSum& entry = partials[{li, origin}];
-    if (!entry.sum) {
-      entry.sum = partial;
-      entry.missing = expected;
-    } else {
-      AddInto(*entry.sum, *partial);
-    }
-    if (--entry.missing == 0) {
-      const int seg = role.segments[li];
-      loop.Send(entry.sum, lay.PrimaryRank(seg, origin), tag(kDkvReturn, seg, pos));
-      partials.erase({li, origin});
-    }
-  };
-
-  for (size_t li = 0; li < role.segments.size(); ++li) {
-    const int seg = role.segments[li];
-    const std::vector<int>& holders = lay.segments[seg].holders[pos];
-    const bool primary = holders.front() == role.member;
-    const int64_t seg_heads = static_cast<int64_t>(lay.segments[seg].kv_heads.size());
-    std::vector<int> origins;  // foreign groups whose keys this group needs, by ring distance
-    for (int distance = 1; distance < m; ++distance) {
-      const int origin = (pos - distance + m) % m;
-      if (lay.needs[pos][origin]) origins.push_back(origin);
-    }
-    std::vector<MessageLoop::Expected> kv_stream;
-    std::vector<MessageLoop::Expected> partial_stream;
-    for (int origin : origins) {
-      const int64_t block_floats = 2 * seg_heads * lay.RingGroup(origin).num_tokens() * d;
-      MessageLoop::Expected expected;
-      expected.tag = tag(kKvBackward, seg, origin);
-      expected.count = block_floats;
-      if (primary) {
-        const std::vector<int> chain = lay.Chain(origin);
-        const size_t at = std::find(chain.begin(), chain.end(), pos) - chain.begin();
-        expected.source = lay.PrimaryRank(seg, at == 0 ? origin : chain[at - 1]);
-        const int next = at + 1 < chain.size() ? lay.PrimaryRank(seg, chain[at + 1]) : -1;
-        const size_t contributions = holders.size();
-        expected.on_arrival = [&, li, origin, next, seg, holders, block_floats,
-                               contributions](const Buffer& block) {
-          if (next >= 0) loop.Send(block, next, tag(kKvBackward, seg, origin));
-          for (size_t hi = 1; hi < holders.size(); ++hi) {
-            loop.Send(block, group.ranks[holders[hi]], tag(kKvBackward, seg, origin));
-          }
-          auto partial = std::make_shared<std::vector<float>>(block_floats, 0.0f);
-          compute(static_cast<int>(li), origin, block->data(), partial->data());
-          contribute(static_cast<int>(li), origin, partial, contributions);
-        };
-        for (size_t hi = 1; hi < holders.size(); ++hi) {
-          MessageLoop::Expected part;
-          part.source = group.ranks[holders[hi]];
-          part.tag = tag(kDkvPartial, seg, origin);
-          part.count = block_floats;
-          part.on_arrival = [&, li, origin, contributions](const Buffer& partial) {
-            contribute(static_cast<int>(li), origin, partial, contributions);
-          };
-          partial_stream.push_back(std::move(part));
-        }
-      } else {
-        const int primary_rank = group.ranks[holders.front()];
-        expected.source = primary_rank;
-        expected.on_arrival = [&, li, origin, seg, primary_rank,
-                               block_floats](const Buffer& block) {
-          auto partial = std::make_shared<std::vector<float>>(block_floats, 0.0f);
-          compute(static_cast<int>(li), origin, block->data(), partial->data());
-          loop.Send(partial, primary_rank, tag(kDkvPartial, seg, origin));
-        };
-      }
-      kv_stream.push_back(std::move(expected));
-    }
-    loop.AddStream(std::move(kv_stream));
-    loop.AddStream(std::move(partial_stream));
-    if (primary) {
-      const std::vector<int> chain = lay.Chain(pos);
-      if (!chain.empty()) {
-        loop.Send(st.kv[li], lay.PrimaryRank(seg, chain.front()), tag(kKvBackward, seg, pos));
-      }
-      std::vector<MessageLoop::Expected> returns;
-      for (int user : chain) {
-        MessageLoop::Expected expected;
-        expected.source = lay.PrimaryRank(seg, user);
-        expected.tag = tag(kDkvReturn, seg, user);
-        expected.count = static_cast<int64_t>(st.dkv[li]->size());
-        expected.on_arrival = [&, li](const Buffer& partial) { AddInto(*st.dkv[li], *partial); };
-        returns.push_back(std::move(expected));
-      }
-      loop.AddStream(std::move(returns));
-    }
-  }
-  for (size_t li = 0; li < role.segments.size(); ++li) {
-    compute(static_cast<int>(li), pos, st.kv[li]->data(), st.dkv[li]->data());
-  }
-  loop.Run();
-  HEXISEQ_CHECK(partials.empty(), "every dK/dV partial sum was completed and returned");
-
-  // ---- 3. reverse all-to-all: dQ, dK, dV to token layout (dK, dV summed over replicas).
-  start = Clock::now();
+  const int64_t heads = layout_.num_heads;
+  const int64_t kv_heads = layout_.num_kv_heads;
+  const int64_t rows = num_tokens();
+  HEXISEQ_CHECK(static_cast<int64_t>(d_o.size()) == rows * heads * head_dim_,
+                "d_o must be [s_r][H][head_dim]");
   AttentionGradients grads;
-  grads.dq.assign(s_me * H * d, 0.0f);
-  grads.dk.assign(s_me * G * d, 0.0f);
-  grads.dv.assign(s_me * G * d, 0.0f);
-  {
-    const int64_t nkv = static_cast<int64_t>(role.kv_heads.size());
-    std::vector<int64_t> send_counts(members), send_displs(members), recv_counts(members),
-        recv_displs(members);
-    int64_t send_total = 0;
-    int64_t recv_total = 0;
-    for (int member = 0; member < members; ++member) {
-      const RankRole& peer = lay.roles[group.ranks[member]];
-      send_counts[member] = (nh + 2 * nkv) * peer.num_tokens * d;
-      recv_counts[member] = (static_cast<int64_t>(peer.heads.size()) +
-                             2 * static_cast<int64_t>(peer.kv_heads.size())) *
-                            s_me * d;
-      send_displs[member] = send_total;
-      recv_displs[member] = recv_total;
-      send_total += send_counts[member];
-      recv_total += recv_counts[member];
-    }
-    std::vector<float> send(send_total);
-    for (int member = 0; member < members; ++member) {
-      const int64_t offset = group.member_offset[member];
-      const int64_t s_peer = group.member_offset[member + 1] - offset;
-      float* out = send.data() + send_displs[member];
-      for (int64_t hi = 0; hi < nh; ++hi, out += s_peer * d) {
-        std::copy_n(st.dq.data() + (hi * n + offset) * d, s_peer * d, out);
-      }
-      for (int part = 0; part < 2; ++part) {
-        for (int64_t ki = 0; ki < nkv; ++ki, out += s_peer * d) {
-          const int li = st.kv_seg[ki];
-          const int64_t seg_heads =
-              static_cast<int64_t>(lay.segments[role.segments[li]].kv_heads.size());
-          std::copy_n(st.dkv[li]->data() + ((part * seg_heads + st.kv_pos[ki]) * n + offset) * d,
-                      s_peer * d, out);
-        }
-      }
-    }
-    std::vector<float> recv(recv_total);
-    group_comm_->Alltoallv(send.data(), send_counts, send_displs, recv.data(), recv_counts,
-                           recv_displs);
-    for (int member = 0; member < members; ++member) {
-      const RankRole& peer = lay.roles[group.ranks[member]];
-      const float* in = recv.data() + recv_displs[member];
-      for (int head : peer.heads) {
-        for (int64_t row = 0; row < s_me; ++row, in += d) {
-          std::copy_n(in, d, grads.dq.data() + (row * H + head) * d);
-        }
-      }
-      for (std::vector<float>* target : {&grads.dk, &grads.dv}) {
-        for (int kv : peer.kv_heads) {
-          for (int64_t row = 0; row < s_me; ++row, in += d) {
-            float* out = target->data() + (row * G + kv) * d;
-            for (int64_t col = 0; col < d; ++col) out[col] += in[col];
-          }
-        }
-      }
-    }
-  }
-  times.alltoall += Since(start);
+  grads.dq.assign(rows * heads * head_dim_, 0.0f);
+  grads.dk.assign(rows * kv_heads * head_dim_, 0.0f);
+  grads.dv.assign(rows * kv_heads * head_dim_, 0.0f);
+  // dK, dV of a KV head held by several members of a group are summed at the token owner.
+  RunPass(Direction::kBackward, {{d_o.data(), nullptr, heads, head_dim_, false}},
+          {{nullptr, grads.dq.data(), heads, head_dim_, false},
+           {nullptr, grads.dk.data(), kv_heads, head_dim_, true},
+           {nullptr, grads.dv.data(), kv_heads, head_dim_, true}},
+          backward_times_);
   // Free what only backward needed; q, o, lse and K/V stay for a repeated backward.
-  st.d_o = {};
-  st.dq = {};
-  st.dkv.clear();
-  times.total = Since(call_start);
+  State& state = *state_;
+  state.d_o = {};
+  state.dq = {};
+  state.dkv.clear();
+  backward_times_.total = Since(call_start);
   return grads;
 }
 

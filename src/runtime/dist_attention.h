@@ -68,10 +68,18 @@ class DistributedAttention {
   const PhaseTimes& forward_times() const { return forward_times_; }
   const PhaseTimes& backward_times() const { return backward_times_; }
 
-  struct State;  // head-layout tensors kept between forward and backward
+  struct State;        // head-layout tensors kept between forward and backward
+  struct TokenTensor;  // a token-layout tensor one pass reads or writes (internal)
 
  private:
   DistributedAttention(AttentionLayout layout, Comm& world, int head_dim);
+  // The one pass driver: all-to-all in (token -> head layout), the sub-rings, all-to-all out,
+  // each as the layer schedule says for `direction`.
+  void RunPass(Direction direction, const std::vector<TokenTensor>& inbound,
+               const std::vector<TokenTensor>& outbound, PhaseTimes& times);
+  void AllocateHeadLayout(Direction direction);
+  void ComputeBlock(Direction direction, int local_segment, int origin, const float* kv_block,
+                    float* dkv_block, PhaseTimes& times);
 
   AttentionLayout layout_;
   Comm& world_;

@@ -145,22 +145,30 @@ TEST(AttentionLayout, SegmentsAreTheCommonRefinementOfHeadPartitions) {
   const Plan plan = AsymmetricPlan();
   auto layout = AttentionLayout::Build(plan);
   ASSERT_TRUE(layout) << layout.error().message;
+  const LayerSchedule& schedule = layout->schedule;
   // Ring: groups a, b, c (the idle group is skipped).
-  EXPECT_EQ(layout->ring, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(schedule.ring, (std::vector<int>{0, 1, 3}));
   // KV 0 (heads 0-3): a -> members 0, 1 (ranks 5, 0); b -> 0; c -> 1 (rank 4).
   // KV 1 (heads 4-7): a -> members 0, 1, 2; b -> 0; c -> 1. Different signatures: 2 segments.
-  ASSERT_EQ(layout->segments.size(), 2u);
-  EXPECT_EQ(layout->segments[0].kv_heads, std::vector<int>{0});
-  EXPECT_EQ(layout->segments[0].holders[0], (std::vector<int>{0, 1}));
-  EXPECT_EQ(layout->segments[1].holders[0], (std::vector<int>{0, 1, 2}));
-  EXPECT_EQ(layout->PrimaryRank(0, 2), 4);
+  ASSERT_EQ(schedule.segments.size(), 2u);
+  EXPECT_EQ(schedule.segments[0].kv_heads, std::vector<int>{0});
+  EXPECT_EQ(schedule.segments[0].holders[0], (std::vector<int>{5, 0}));
+  EXPECT_EQ(schedule.segments[0].holder_query_heads[0], (std::vector<int>{2, 2}));
+  EXPECT_EQ(schedule.segments[1].holders[0], (std::vector<int>{5, 0, 2}));
+  EXPECT_EQ(schedule.segments[1].holder_query_heads[0], (std::vector<int>{1, 1, 2}));
+  EXPECT_EQ(schedule.segments[0].Primary(2), 4);
   EXPECT_TRUE(layout->roles[1].segments.empty());  // tokens, no heads
   EXPECT_EQ(layout->roles[6].ring_pos, -1);        // idle
   // Causality: c (tokens 40..99) does not need b (100..149); a needs everyone.
-  EXPECT_FALSE(layout->needs[2][1]);
-  EXPECT_TRUE(layout->needs[0][1]);
-  EXPECT_EQ(layout->Chain(1), std::vector<int>{0});       // b -> a only (c skipped)
-  EXPECT_EQ(layout->Chain(2), (std::vector<int>{0, 1}));  // c -> a -> b
+  auto chain_of = [&](int origin) {
+    std::vector<int> positions;
+    for (const ChainHop& hop : schedule.chains[origin].hops) positions.push_back(hop.ring_pos);
+    return positions;
+  };
+  EXPECT_EQ(chain_of(1), std::vector<int>{0});       // b -> a only (c skipped)
+  EXPECT_EQ(chain_of(2), (std::vector<int>{0, 1}));  // c -> a -> b
+  EXPECT_EQ(schedule.HopIndex(1, 2), -1);
+  EXPECT_EQ(schedule.HopIndex(2, 1), 1);
 }
 
 TEST(AttentionLayout, RejectsPlansTheRuntimeCannotExecute) {

@@ -23,7 +23,6 @@ struct SimulateFlags {
   std::string plan, trace, format = "table";
   int explicit_layers = 1;
   int nics_per_node = 0;
-  bool no_skip = false;
 };
 
 int RunSimulate(const SimulateFlags& f) {
@@ -34,7 +33,6 @@ int RunSimulate(const SimulateFlags& f) {
   sim::SimOptions options;
   options.explicit_layers = f.explicit_layers;
   options.nics_per_node = f.nics_per_node;
-  options.skip_masked_blocks = !f.no_skip;
   options.keep_timeline = !f.trace.empty();
   auto result = sim::Simulate(*plan, **cost, options);
   if (!result) return ReportError(result.error());
@@ -153,8 +151,6 @@ void AddSimulateCommand(CLI::App& app, Actions& actions) {
   cmd->add_option("--nics-per-node", sim_flags->nics_per_node,
                   "0: one NIC per GPU (default); k: each node's GPUs share k NICs")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_flag("--no-causal-skip", sim_flags->no_skip,
-                "Forward every K/V block around the whole ring, even where no later group needs it");
   actions[cmd] = [sim_flags] { return RunSimulate(*sim_flags); };
 
   auto bench_flags = std::make_shared<BenchFlags>();

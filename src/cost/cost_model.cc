@@ -225,8 +225,7 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
     *out_time = std::max({acc[1][0], acc[1][1], acc[1][2], acc[1][3]});
   };
   const double lin_flops_per_token = LinearForwardFlopsPerToken();
-  const double mlp_fraction =
-      (model_.gated_mlp ? 3.0 : 2.0) * model_.hidden * model_.ffn_hidden / model_.LayerGemmParams();
+  const double mlp_fraction = model_.MlpParams() / model_.LayerGemmParams();
   double a2a_in = 0, a2a_out = 0, lin_max = 0;
   std::vector<double>& lin = scratch.lin;
   std::vector<double>& a2a = scratch.a2a;
@@ -313,9 +312,10 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
   }
   for (size_t i = 0; i < m; ++i) {
     const DeviceSpec& dev = cluster_.device(group.members[i].rank);
-    const double flops_per_pair = 4.0 * dh * h[i];
-    const double compute = flops_per_pair * causal_pairs / dev.AttentionFlops();
-    const double first = flops_per_pair * diag_pairs / dev.AttentionFlops();
+    const double compute =
+        AttentionForwardFlops(model_.head_dim, h[i], causal_pairs) / dev.AttentionFlops();
+    const double first =
+        AttentionForwardFlops(model_.head_dim, h[i], diag_pairs) / dev.AttentionFlops();
     const double comm = std::max(ring_send[i], ring_recv[i]);
     out.chain_seconds_per_token = std::max(out.chain_seconds_per_token, ring_chain[i]);
     double fwd = compute, bwd = k_.attention_backward_factor * compute;
@@ -357,7 +357,7 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
 
     // Memory.
     const double hidden = model_.hidden;
-    const double mlp_act = (model_.gated_mlp ? 3.0 : 2.0) * model_.ffn_hidden;
+    const double mlp_act = model_.MlpParams() / hidden;       // MLP intermediate values per token
     const double token_act = bytes * (4 * hidden + mlp_act);  // norms, MLP in, MLP intermediate
     const double head_act =
         group_tokens * (dh * bytes * (2.0 * h[i] + 2.0 * kv[i]) + 4.0 * h[i]);  // Q,O,K,V,LSE
@@ -530,8 +530,7 @@ PlanCost CostModel::Evaluate(const Plan& plan) const {
 
 double CostModel::TotalLinearFlops() const {
   const double s = static_cast<double>(workload_.seq_len);
-  const double mlp_fraction =
-      (model_.gated_mlp ? 3.0 : 2.0) * model_.hidden * model_.ffn_hidden / model_.LayerGemmParams();
+  const double mlp_fraction = model_.MlpParams() / model_.LayerGemmParams();
   const double rec = workload_.recompute == Recompute::kFull        ? 1.0
                      : workload_.recompute == Recompute::kSelective ? mlp_fraction
                                                                     : 0.0;
@@ -543,7 +542,8 @@ double CostModel::TotalLinearFlops() const {
 double CostModel::TotalAttentionFlops() const {
   const double pairs = static_cast<double>(CausalPrefixPairs({{0, workload_.seq_len}}));
   const double rec = workload_.recompute == Recompute::kFull ? 1.0 : 0.0;
-  return workload_.batch * model_.layers * 4.0 * model_.head_dim * model_.heads * pairs *
+  return workload_.batch * model_.layers *
+         AttentionForwardFlops(model_.head_dim, model_.heads, pairs) *
          (1 + k_.attention_backward_factor + rec);
 }
 

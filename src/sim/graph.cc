@@ -2,43 +2,33 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 
+#include "plan/layer_schedule.h"
 #include "spec/error.h"
 
 namespace hexiseq::sim {
 namespace {
 
+constexpr int64_t kLseBytes = kFp32Bytes;  // log-sum-exp values stay fp32 in every precision
+
 int64_t Ns(double seconds) { return std::llround(seconds * 1e9); }
 
-struct MemberInfo {
-  int rank = 0;
-  int64_t tokens = 0;
-  int heads = 0;
-  std::vector<int> kv;  // KV heads needed (sorted)
-};
-
-struct GroupInfo {
-  Ranges tokens;
-  int64_t num_tokens = 0;
-  std::vector<MemberInfo> members;
-  std::vector<int> primary;  // per KV head: the primary rank
-};
-
-// A KV segment: KV heads on which every group's ownership (primary and replica holders) is the
-// same, so one message per ring step carries them all.
-struct Segment {
-  std::vector<int> kv_heads;
-  std::vector<int> primary;                // per ring position: the primary rank
-  std::vector<std::vector<int>> replicas;  // per ring position: other ranks needing it
-};
-
 // Priority keys: smaller runs first among a rank's ready compute ops.
+enum Stage : int { kStageBefore = 0, kStageAttention = 1, kStageAfter = 2 };
 uint64_t Priority(int pass_index, int stage, int step) {
   return (static_cast<uint64_t>(pass_index) << 40) | (static_cast<uint64_t>(stage) << 32) |
          static_cast<uint64_t>(step);
 }
 
+// (origin ring position, op) pairs of one rank, sorted by origin for lookup.
+using OriginOps = std::vector<std::pair<int, int>>;
+
+void SortByOrigin(std::vector<OriginOps>& per_rank) {
+  for (OriginOps& ops : per_rank) std::sort(ops.begin(), ops.end());
+}
+
+// Turns the layer schedule into engine operations: one pass builder for forward, recompute and
+// backward, parameterised by the schedule's direction.
 class Builder {
  public:
   Builder(const Plan& plan, const CostModel& cost, const GraphOptions& options, Engine& engine)
@@ -47,461 +37,331 @@ class Builder {
   LayerGraph Build();
 
  private:
-  int Compute(OpLabel label, int rank, double seconds, uint64_t priority, int arg = -1) {
-    Op op;
-    op.pass = pass_;
-    op.layer = layer_;
-    op.rank = rank;
-    op.label = label;
-    op.arg = arg;
-    op.duration_ns = Ns(seconds);
-    op.priority = priority;
-    op.kind = op.duration_ns > 0 ? OpKind::kCompute : OpKind::kMarker;
-    return engine_.Add(op);
-  }
-  int Message(OpLabel label, int from, int to, double bytes, int arg = -1) {
-    Op op;
-    op.kind = OpKind::kMessage;
-    op.pass = pass_;
-    op.layer = layer_;
-    op.label = label;
-    op.rank = from;
-    op.peer = to;
-    op.bytes = bytes;
-    op.arg = arg;
-    return engine_.Add(op);
-  }
-  int Marker(int rank) {
-    Op op;
-    op.pass = pass_;
-    op.layer = layer_;
-    op.rank = rank;
-    return engine_.Add(op);
-  }
+  // Per rank during one pass: the op each phase ends with (-1: none).
+  struct PassOps {
+    std::vector<int> before;           // GEMMs before the inbound all-to-all
+    std::vector<int> local_in;         // head layout ready
+    std::vector<int> ring_done;        // attention (and dK/dV returns) done
+    std::vector<int> local_out;        // token layout ready
+    std::vector<OriginOps> arrivals;   // per rank: K/V block deliveries
+    std::vector<OriginOps> attention;  // per rank: attention ops per origin
+  };
+
+  int Compute(OpLabel label, int rank, double seconds, uint64_t priority, int arg = -1);
+  int Message(OpLabel label, int from, int to, double bytes, int arg = -1);
+  int Marker(int rank);
   void Dep(int before, int after) {
     if (before >= 0) engine_.Depend(before, after);
   }
 
-  void Prepare();
-  void ForwardPass(PassMarks& marks);
-  void BackwardPass(PassMarks& marks);
-  // Positions visited by origin `o`'s block after leaving `o`, in ring order.
-  std::vector<int> Path(int origin) const;
-  std::vector<int> RingKvMessages(const std::vector<int>& start);
-  double BlockBytes(int origin, int kv_count) const {
-    return static_cast<double>(groups_[origin].num_tokens) * kv_count * kv_bytes_per_token_head_;
+  void BuildPass(Direction direction, PassMarks& marks);
+  void GemmsBefore(Direction direction, PassOps& ops);
+  void AllToAll(Direction direction, bool inbound, PassOps& ops);
+  void KvMessages(Direction direction, PassOps& ops);
+  void AttentionOps(Direction direction, PassOps& ops);
+  void DkvMessages(PassOps& ops);
+  void GemmsAfter(Direction direction, PassOps& ops);
+  static int FindOp(const OriginOps& ops, int origin);
+
+  double GemmSeconds(int rank, double params) const {
+    return 2.0 * static_cast<double>(TokensOf(rank)) * params /
+           cost_.cluster().device(rank).GemmFlops();
   }
-  int KvOverlap(const MemberInfo& m, const Segment& seg) const {
-    int n = 0;
-    for (int g : seg.kv_heads)
-      if (std::binary_search(m.kv.begin(), m.kv.end(), g)) ++n;
-    return n;
+  double AttentionSeconds(int rank, int query_heads, int64_t pairs) const {
+    return AttentionForwardFlops(cost_.model().head_dim, query_heads, static_cast<double>(pairs)) /
+           cost_.cluster().device(rank).AttentionFlops();
   }
-  double AttentionSeconds(const MemberInfo& m, int pos, int origin) const {
-    const DeviceSpec& dev = cost_.cluster().device(m.rank);
-    return 4.0 * cost_.model().head_dim * m.heads * static_cast<double>(pairs_[pos][origin]) /
-           dev.AttentionFlops();
+  int64_t TokensOf(int rank) const {
+    const RankPlace& place = schedule_.places[rank];
+    return schedule_.groups[place.group].member_tokens[place.member];
   }
-  double GemmSeconds(const MemberInfo& m, double params) const {
-    return 2.0 * static_cast<double>(m.tokens) * params /
-           cost_.cluster().device(m.rank).GemmFlops();
-  }
+  // Ranks that hold tokens (members of ring groups), in ring order.
+  const std::vector<int>& ActiveRanks() const { return active_ranks_; }
 
   const Plan& plan_;
   const CostModel& cost_;
   const GraphOptions& options_;
   Engine& engine_;
-
-  std::vector<GroupInfo> groups_;  // active groups (with tokens), in ring order
-  std::vector<Segment> segments_;
-  std::vector<std::vector<int64_t>> pairs_;  // [pos][origin] causal pairs
-  double kv_bytes_per_token_head_ = 0;
-  double elem_bytes_ = 0, head_dim_ = 0;
   double qkv_params_ = 0, post_params_ = 0, mlp_params_ = 0;
+
+  LayerSchedule schedule_;
+  std::vector<int> active_ranks_;
+  std::vector<RingMessage> dkv_messages_;   // backward: partials and returns, schedule order
+  std::vector<std::vector<int>> visiting_;  // per ring position: origins, by arrival order
   int num_ranks_ = 0;
-  Pass pass_ = Pass::kForward;
+  sim::Pass pass_ = sim::Pass::kForward;
   int layer_ = 0;
   int pass_index_ = 0;
   std::vector<int> prev_end_;  // per rank
 };
 
-void Builder::Prepare() {
-  const ModelSpec& model = cost_.model();
-  const int num_heads = model.heads, num_kv = model.kv_heads;
-  num_ranks_ = cost_.cluster().num_ranks();
-  elem_bytes_ = cost_.workload().bytes_per_element;
-  head_dim_ = model.head_dim;
-  kv_bytes_per_token_head_ = 2.0 * head_dim_ * elem_bytes_;
-  const double h = model.hidden;
-  qkv_params_ = h * num_heads * head_dim_ + 2.0 * h * num_kv * head_dim_;
-  post_params_ = model.LayerGemmParams() - qkv_params_;
-  mlp_params_ = (model.gated_mlp ? 3.0 : 2.0) * h * model.ffn_hidden;
-
-  for (const PlanGroup& group : plan_.groups) {
-    if (TotalTokens(group.tokens) == 0) continue;
-    GroupInfo info;
-    info.tokens = group.tokens;
-    info.num_tokens = TotalTokens(group.tokens);
-    info.primary.assign(num_kv, -1);
-    for (const PlanMember& member : group.members) {
-      MemberInfo m;
-      m.rank = member.rank;
-      m.tokens = TotalTokens(member.tokens);
-      m.heads = static_cast<int>(member.heads.size());
-      m.kv = KvHeadsOf(member.heads, num_heads, num_kv);
-      for (int g : m.kv)
-        if (info.primary[g] < 0) info.primary[g] = m.rank;
-      info.members.push_back(std::move(m));
-    }
-    groups_.push_back(std::move(info));
-  }
-  const int steps = static_cast<int>(groups_.size());
-  pairs_.assign(steps, std::vector<int64_t>(steps, 0));
-  for (int pos = 0; pos < steps; ++pos)
-    for (int origin = 0; origin < steps; ++origin)
-      pairs_[pos][origin] = CausalPairs(groups_[pos].tokens, groups_[origin].tokens);
-
-  // Segments: KV heads with the same (primary, replica set) in every group.
-  std::map<std::vector<int>, int> by_signature;
-  for (int g = 0; g < num_kv; ++g) {
-    std::vector<int> signature;
-    Segment seg;
-    for (const GroupInfo& group : groups_) {
-      signature.push_back(group.primary[g]);
-      std::vector<int> replicas;
-      for (const MemberInfo& m : group.members)
-        if (m.rank != group.primary[g] && std::binary_search(m.kv.begin(), m.kv.end(), g))
-          replicas.push_back(m.rank);
-      signature.push_back(static_cast<int>(replicas.size()));
-      signature.insert(signature.end(), replicas.begin(), replicas.end());
-      seg.primary.push_back(group.primary[g]);
-      seg.replicas.push_back(std::move(replicas));
-    }
-    auto [it, inserted] = by_signature.emplace(signature, static_cast<int>(segments_.size()));
-    if (inserted) segments_.push_back(std::move(seg));
-    segments_[it->second].kv_heads.push_back(g);
-  }
+int Builder::Compute(OpLabel label, int rank, double seconds, uint64_t priority, int arg) {
+  Op op;
+  op.pass = pass_;
+  op.layer = layer_;
+  op.rank = rank;
+  op.label = label;
+  op.arg = arg;
+  op.duration_ns = Ns(seconds);
+  op.priority = priority;
+  op.kind = op.duration_ns > 0 ? OpKind::kCompute : OpKind::kMarker;
+  return engine_.Add(op);
 }
 
-std::vector<int> Builder::Path(int origin) const {
-  const int steps = static_cast<int>(groups_.size());
-  std::vector<int> path;
-  for (int hop = 1; hop < steps; ++hop) path.push_back((origin + hop) % steps);
-  if (options_.skip_masked_blocks) {
-    while (!path.empty() && pairs_[path.back()][origin] == 0) path.pop_back();
-  }
-  return path;
+int Builder::Message(OpLabel label, int from, int to, double bytes, int arg) {
+  Op op;
+  op.kind = OpKind::kMessage;
+  op.pass = pass_;
+  op.layer = layer_;
+  op.label = label;
+  op.rank = from;
+  op.peer = to;
+  op.bytes = bytes;
+  op.arg = arg;
+  return engine_.Add(op);
 }
 
-// Sends every segment's K/V blocks round its sub-ring, each leaving its origin's primary after
-// `start[primary]` and forwarded hop by hop (replicas get a copy where the block is needed).
-// Returns arrival[(seg * steps + origin) * ranks + rank] = the op delivering that block there.
-std::vector<int> Builder::RingKvMessages(const std::vector<int>& start) {
-  const int steps = static_cast<int>(groups_.size());
-  const int num_segs = static_cast<int>(segments_.size());
-  std::vector<int> arrival(static_cast<size_t>(num_segs) * steps * num_ranks_, -1);
-  auto at = [&](int seg, int origin, int rank) -> int& {
-    return arrival[(static_cast<size_t>(seg) * steps + origin) * num_ranks_ + rank];
-  };
-  for (int seg = 0; seg < num_segs; ++seg) {
-    const Segment& s = segments_[seg];
-    for (int origin = 0; origin < steps; ++origin) {
-      int prev = start[s.primary[origin]];
-      int prev_pos = origin;
-      for (int pos : Path(origin)) {
-        const int msg = Message(OpLabel::kRingKv, s.primary[prev_pos], s.primary[pos],
-                                BlockBytes(origin, static_cast<int>(s.kv_heads.size())), origin);
-        Dep(prev, msg);
-        at(seg, origin, s.primary[pos]) = msg;
-        if (pairs_[pos][origin] > 0)
-          for (int replica : s.replicas[pos]) {
-            const MemberInfo* m = nullptr;
-            for (const MemberInfo& cand : groups_[pos].members)
-              if (cand.rank == replica) m = &cand;
-            const int rep = Message(OpLabel::kReplicaKv, s.primary[pos], replica,
-                                    BlockBytes(origin, KvOverlap(*m, s)), origin);
-            Dep(msg, rep);
-            at(seg, origin, replica) = rep;
-          }
-        prev = msg;
-        prev_pos = pos;
-      }
-    }
-  }
-  return arrival;
+int Builder::Marker(int rank) {
+  Op op;
+  op.pass = pass_;
+  op.layer = layer_;
+  op.rank = rank;
+  return engine_.Add(op);
 }
 
-void Builder::ForwardPass(PassMarks& marks) {
-  const int steps = static_cast<int>(groups_.size());
-  const int num_segs = static_cast<int>(segments_.size());
-  marks.pass = pass_;
-  marks.layer = layer_;
-  marks.start = prev_end_;
-  marks.local_in.assign(num_ranks_, -1);
-  marks.ring_done.assign(num_ranks_, -1);
-  marks.end.assign(num_ranks_, -1);
-  std::vector<int> lin_pre(num_ranks_, -1), attn_done(num_ranks_, -1);
-
-  // QKV GEMMs and the ragged all-to-all into head layout.
-  for (const GroupInfo& group : groups_)
-    for (const MemberInfo& m : group.members) {
-      lin_pre[m.rank] = Compute(OpLabel::kLinearPre, m.rank, GemmSeconds(m, qkv_params_),
-                                Priority(pass_index_, 0, 0));
-      Dep(prev_end_[m.rank], lin_pre[m.rank]);
-      marks.local_in[m.rank] = Marker(m.rank);
-      Dep(lin_pre[m.rank], marks.local_in[m.rank]);
-    }
-  for (const GroupInfo& group : groups_)
-    for (const MemberInfo& from : group.members)
-      for (const MemberInfo& to : group.members) {
-        if (from.rank == to.rank) continue;
-        const double bytes = from.tokens * (to.heads + 2.0 * static_cast<double>(to.kv.size())) *
-                             head_dim_ * elem_bytes_;
-        if (bytes <= 0) continue;
-        const int msg = Message(OpLabel::kAllToAllQkv, from.rank, to.rank, bytes);
-        Dep(lin_pre[from.rank], msg);
-        Dep(msg, marks.local_in[to.rank]);
-      }
-
-  // Sub-rings: the op delivering each (segment, origin) block to each rank.
-  const std::vector<int> arrival = RingKvMessages(marks.local_in);
-  auto at = [&](int seg, int origin, int rank) {
-    return arrival[(static_cast<size_t>(seg) * steps + origin) * num_ranks_ + rank];
-  };
-
-  // Attention: the diagonal block first, then one op per arriving origin block.
-  for (int pos = 0; pos < steps; ++pos)
-    for (const MemberInfo& m : groups_[pos].members) {
-      attn_done[m.rank] = Marker(m.rank);
-      Dep(marks.local_in[m.rank], attn_done[m.rank]);
-      if (m.heads == 0) continue;
-      for (int hop = 0; hop < steps; ++hop) {
-        const int origin = (pos - hop + steps) % steps;
-        if (pairs_[pos][origin] == 0) continue;
-        const int op = Compute(OpLabel::kAttention, m.rank, AttentionSeconds(m, pos, origin),
-                               Priority(pass_index_, 1, hop), origin);
-        Dep(marks.local_in[m.rank], op);
-        if (hop > 0)
-          for (int seg = 0; seg < num_segs; ++seg)
-            if (KvOverlap(m, segments_[seg]) > 0) {
-              HEXISEQ_CHECK(at(seg, origin, m.rank) >= 0, "a needed K/V block never arrives");
-              Dep(at(seg, origin, m.rank), op);
-            }
-        Dep(op, attn_done[m.rank]);
-      }
-    }
-
-  // All-to-all back to token layout, then output projection + MLP.
-  std::vector<int> out_done(num_ranks_, -1);
-  for (const GroupInfo& group : groups_)
-    for (const MemberInfo& m : group.members) {
-      out_done[m.rank] = Marker(m.rank);
-      Dep(attn_done[m.rank], out_done[m.rank]);
-      marks.ring_done[m.rank] = attn_done[m.rank];
-    }
-  for (const GroupInfo& group : groups_)
-    for (const MemberInfo& from : group.members)
-      for (const MemberInfo& to : group.members) {
-        if (from.rank == to.rank) continue;
-        const double bytes = static_cast<double>(to.tokens) * from.heads * head_dim_ * elem_bytes_;
-        if (bytes <= 0) continue;
-        const int msg = Message(OpLabel::kAllToAllO, from.rank, to.rank, bytes);
-        Dep(attn_done[from.rank], msg);
-        Dep(msg, out_done[to.rank]);
-      }
-  for (const GroupInfo& group : groups_)
-    for (const MemberInfo& m : group.members) {
-      const int op = Compute(OpLabel::kLinearPost, m.rank, GemmSeconds(m, post_params_),
-                             Priority(pass_index_, 2, 0));
-      Dep(out_done[m.rank], op);
-      marks.end[m.rank] = op;
-      prev_end_[m.rank] = op;
-    }
+int Builder::FindOp(const OriginOps& ops, int origin) {
+  auto found = std::lower_bound(ops.begin(), ops.end(), std::make_pair(origin, -1));
+  return found != ops.end() && found->first == origin ? found->second : -1;
 }
 
-void Builder::BackwardPass(PassMarks& marks) {
-  const int steps = static_cast<int>(groups_.size());
-  const int num_segs = static_cast<int>(segments_.size());
-  const CostConstants& k = cost_.constants();
-  marks.pass = pass_;
-  marks.layer = layer_;
-  marks.start = prev_end_;
-  marks.local_in.assign(num_ranks_, -1);
-  marks.ring_done.assign(num_ranks_, -1);
-  marks.end.assign(num_ranks_, -1);
-  std::vector<int> post_bwd(num_ranks_, -1), dout_done(num_ranks_, -1);
-
-  // Backward of output projection + MLP (after a selective MLP recompute), then dO into head
-  // layout.
+// Forward: the QKV GEMMs. Backward: (selective: the MLP forward again) then the output
+// projection and MLP backward. Then a marker for "head layout ready".
+void Builder::GemmsBefore(Direction direction, PassOps& ops) {
+  const CostConstants& constants = cost_.constants();
   const bool selective = cost_.workload().recompute == Recompute::kSelective;
-  for (const GroupInfo& group : groups_)
-    for (const MemberInfo& m : group.members) {
-      int before = prev_end_[m.rank];
+  for (int rank : ActiveRanks()) {
+    int last = prev_end_[rank];
+    if (direction == Direction::kForward) {
+      const int qkv = Compute(OpLabel::kLinearPre, rank, GemmSeconds(rank, qkv_params_),
+                              Priority(pass_index_, kStageBefore, 0));
+      Dep(last, qkv);
+      last = qkv;
+    } else {
       if (selective) {
-        const int rec = Compute(OpLabel::kRecomputeMlp, m.rank, GemmSeconds(m, mlp_params_),
-                                Priority(pass_index_, 0, 0));
-        Dep(before, rec);
-        before = rec;
+        const int mlp = Compute(OpLabel::kRecomputeMlp, rank, GemmSeconds(rank, mlp_params_),
+                                Priority(pass_index_, kStageBefore, 0));
+        Dep(last, mlp);
+        last = mlp;
       }
-      post_bwd[m.rank] = Compute(OpLabel::kLinearPost, m.rank,
-                                 k.linear_backward_factor * GemmSeconds(m, post_params_),
-                                 Priority(pass_index_, 0, 1));
-      Dep(before, post_bwd[m.rank]);
-      dout_done[m.rank] = Marker(m.rank);
-      Dep(post_bwd[m.rank], dout_done[m.rank]);
-      marks.local_in[m.rank] = dout_done[m.rank];
+      const int post = Compute(OpLabel::kLinearPost, rank,
+                               constants.linear_backward_factor * GemmSeconds(rank, post_params_),
+                               Priority(pass_index_, kStageBefore, 1));
+      Dep(last, post);
+      last = post;
     }
-  for (const GroupInfo& group : groups_)
-    for (const MemberInfo& from : group.members)
-      for (const MemberInfo& to : group.members) {
-        if (from.rank == to.rank) continue;
-        const double bytes = static_cast<double>(from.tokens) * to.heads * head_dim_ * elem_bytes_;
-        if (bytes <= 0) continue;
-        const int msg = Message(OpLabel::kAllToAllO, from.rank, to.rank, bytes);
-        Dep(post_bwd[from.rank], msg);
-        Dep(msg, dout_done[to.rank]);
-      }
+    ops.before[rank] = last;
+    ops.local_in[rank] = Marker(rank);
+    Dep(last, ops.local_in[rank]);
+  }
+}
 
-  // K/V go round again (from the start of the attention backward).
-  const std::vector<int> arrival = RingKvMessages(dout_done);
-  auto at = [&](int seg, int origin, int rank) {
-    return arrival[(static_cast<size_t>(seg) * steps + origin) * num_ranks_ + rank];
-  };
-
-  // Attention backward per block.
-  std::vector<std::vector<int>> attn_op(num_ranks_, std::vector<int>(steps, -1));  // [rank][origin]
-  std::vector<int> ring_done(num_ranks_, -1);
-  for (int pos = 0; pos < steps; ++pos)
-    for (const MemberInfo& m : groups_[pos].members) {
-      ring_done[m.rank] = Marker(m.rank);
-      Dep(dout_done[m.rank], ring_done[m.rank]);
-      if (m.heads == 0) continue;
-      for (int hop = 0; hop < steps; ++hop) {
-        const int origin = (pos - hop + steps) % steps;
-        if (pairs_[pos][origin] == 0) continue;
-        const int op = Compute(OpLabel::kAttention, m.rank,
-                               k.attention_backward_factor * AttentionSeconds(m, pos, origin),
-                               Priority(pass_index_, 1, hop), origin);
-        Dep(dout_done[m.rank], op);
-        if (hop > 0)
-          for (int seg = 0; seg < num_segs; ++seg)
-            if (KvOverlap(m, segments_[seg]) > 0) {
-              HEXISEQ_CHECK(at(seg, origin, m.rank) >= 0, "a needed K/V block never arrives");
-              Dep(at(seg, origin, m.rank), op);
-            }
-        Dep(op, ring_done[m.rank]);
-        attn_op[m.rank][origin] = op;
-      }
+// One all-to-all phase of every group, message by message from the split tables.
+void Builder::AllToAll(Direction direction, bool inbound, PassOps& ops) {
+  const bool carries_qkv = (direction == Direction::kForward) == inbound;
+  const OpLabel label = carries_qkv ? OpLabel::kAllToAllQkv : OpLabel::kAllToAllO;
+  if (!inbound)
+    for (int rank : ActiveRanks()) {
+      ops.local_out[rank] = Marker(rank);
+      Dep(ops.ring_done[rank], ops.local_out[rank]);
     }
+  ForEachAllToAllPiece(schedule_, direction, inbound, [&](int from, int to, int64_t bytes) {
+    const int message = Message(label, from, to, static_cast<double>(bytes));
+    Dep(inbound ? ops.before[from] : ops.ring_done[from], message);
+    Dep(message, inbound ? ops.local_in[to] : ops.local_out[to]);
+  });
+}
 
-  // dK/dV accumulators: start at the first group that needs the block, follow its path, and
-  // return to the owner's primary.
-  for (int seg = 0; seg < num_segs; ++seg) {
-    const Segment& s = segments_[seg];
-    for (int origin = 0; origin < steps; ++origin) {
-      int acc = -1;
-      int holder_pos = -1;
-      for (int pos : Path(origin)) {
-        if (acc >= 0) {  // forward the accumulator to this group's primary
-          const int msg = Message(OpLabel::kRingDkv, s.primary[holder_pos], s.primary[pos],
-                                  BlockBytes(origin, static_cast<int>(s.kv_heads.size())), origin);
-          Dep(acc, msg);
-          acc = msg;
-        }
-        if (pairs_[pos][origin] == 0) {
-          if (acc >= 0) holder_pos = pos;
-          continue;
-        }
-        // Contributions of this group: the primary's and the replicas' (sent back to it).
-        const int join = Marker(s.primary[pos]);
-        Dep(acc, join);
-        Dep(attn_op[s.primary[pos]][origin], join);
-        for (int replica : s.replicas[pos]) {
-          const MemberInfo* m = nullptr;
-          for (const MemberInfo& cand : groups_[pos].members)
-            if (cand.rank == replica) m = &cand;
-          const int rep = Message(OpLabel::kReplicaDkv, replica, s.primary[pos],
-                                  BlockBytes(origin, KvOverlap(*m, s)), origin);
-          Dep(attn_op[replica][origin], rep);
-          Dep(rep, join);
-        }
-        acc = join;
-        holder_pos = pos;
+// K/V blocks along their chains (primary to primary, each leaving its owner once the head layout
+// is ready, forwarded as soon as received) and copies to replicas. dK/dV messages are kept for
+// DkvMessages, which needs the attention ops.
+void Builder::KvMessages(Direction direction, PassOps& ops) {
+  int delivered_to_primary = -1;  // the K/V block message of the current hop
+  dkv_messages_.clear();
+  ForEachRingMessage(schedule_, direction, [&](const RingMessage& message) {
+    const double bytes = static_cast<double>(message.bytes);
+    switch (message.kind) {
+      case RingMessageKind::kKvBlock: {
+        const int op = Message(OpLabel::kRingKv, message.source_rank, message.dest_rank, bytes,
+                               message.origin);
+        Dep(message.hop == 0 ? ops.local_in[message.source_rank] : delivered_to_primary, op);
+        delivered_to_primary = op;
+        ops.arrivals[message.dest_rank].push_back({message.origin, op});
+        break;
       }
-      if (acc < 0) continue;
-      const int home = s.primary[origin];
-      const int msg = Message(OpLabel::kRingDkv, s.primary[holder_pos], home,
-                              BlockBytes(origin, static_cast<int>(s.kv_heads.size())), origin);
-      Dep(acc, msg);
-      Dep(msg, ring_done[home]);
+      case RingMessageKind::kKvReplica: {
+        const int op = Message(OpLabel::kReplicaKv, message.source_rank, message.dest_rank, bytes,
+                               message.origin);
+        Dep(delivered_to_primary, op);
+        ops.arrivals[message.dest_rank].push_back({message.origin, op});
+        break;
+      }
+      case RingMessageKind::kDkvPartial:
+      case RingMessageKind::kDkvReturn:
+        dkv_messages_.push_back(message);
+        break;
+    }
+  });
+  SortByOrigin(ops.arrivals);
+}
+
+// Per rank with query heads: the diagonal block, then one op per visiting block in arrival order,
+// each after every K/V block (segment) of that origin the rank holds has arrived.
+void Builder::AttentionOps(Direction direction, PassOps& ops) {
+  const double factor =
+      direction == Direction::kBackward ? cost_.constants().attention_backward_factor : 1.0;
+  for (int ring_pos = 0; ring_pos < schedule_.num_ring_groups(); ++ring_pos) {
+    const GroupSchedule& group = schedule_.RingGroup(ring_pos);
+    for (size_t member = 0; member < group.ranks.size(); ++member) {
+      const int rank = group.ranks[member];
+      const int query_heads = group.member_query_heads[member];
+      ops.ring_done[rank] = Marker(rank);
+      Dep(ops.local_in[rank], ops.ring_done[rank]);
+      if (query_heads == 0) continue;
+      auto add_block = [&](int origin, int64_t pairs, int order) {
+        const int op =
+            Compute(OpLabel::kAttention, rank, factor * AttentionSeconds(rank, query_heads, pairs),
+                    Priority(pass_index_, kStageAttention, order), origin);
+        Dep(ops.local_in[rank], op);
+        Dep(op, ops.ring_done[rank]);
+        ops.attention[rank].push_back({origin, op});
+        return op;
+      };
+      add_block(ring_pos, schedule_.chains[ring_pos].own_pairs, 0);
+      const std::vector<int>& origins = visiting_[ring_pos];
+      for (size_t order = 0; order < origins.size(); ++order) {
+        const int origin = origins[order];
+        const int hop = schedule_.HopIndex(origin, ring_pos);
+        const int op = add_block(origin, schedule_.chains[origin].hops[hop].causal_pairs,
+                                 static_cast<int>(order) + 1);
+        const OriginOps& arrivals = ops.arrivals[rank];
+        auto first = std::lower_bound(arrivals.begin(), arrivals.end(), std::make_pair(origin, -1));
+        HEXISEQ_CHECK(first != arrivals.end() && first->first == origin,
+                      "a needed K/V block never arrives");
+        for (; first != arrivals.end() && first->first == origin; ++first) Dep(first->second, op);
+      }
     }
   }
+  SortByOrigin(ops.attention);
+}
 
-  // dQ, dK, dV back to token layout, then the QKV GEMMs' backward.
-  std::vector<int> din_done(num_ranks_, -1);
-  for (const GroupInfo& group : groups_)
-    for (const MemberInfo& m : group.members) {
-      din_done[m.rank] = Marker(m.rank);
-      Dep(ring_done[m.rank], din_done[m.rank]);
-      marks.ring_done[m.rank] = ring_done[m.rank];
+// Backward: each replica's dK/dV partial goes to its primary after its attention on the block;
+// the primary sums them with its own and returns one message to the owner's primary.
+void Builder::DkvMessages(PassOps& ops) {
+  std::vector<int> partials;
+  for (const RingMessage& message : dkv_messages_) {
+    const int computed = FindOp(ops.attention[message.source_rank], message.origin);
+    HEXISEQ_CHECK(computed >= 0, "a dK/dV message from a rank that did not compute the block");
+    const double bytes = static_cast<double>(message.bytes);
+    if (message.kind == RingMessageKind::kDkvPartial) {
+      const int op = Message(OpLabel::kReplicaDkv, message.source_rank, message.dest_rank, bytes,
+                             message.origin);
+      Dep(computed, op);
+      partials.push_back(op);
+      continue;
     }
-  for (const GroupInfo& group : groups_)
-    for (const MemberInfo& from : group.members)
-      for (const MemberInfo& to : group.members) {
-        if (from.rank == to.rank) continue;
-        const double bytes = static_cast<double>(to.tokens) *
-                             (from.heads + 2.0 * static_cast<double>(from.kv.size())) * head_dim_ *
-                             elem_bytes_;
-        if (bytes <= 0) continue;
-        const int msg = Message(OpLabel::kAllToAllQkv, from.rank, to.rank, bytes);
-        Dep(ring_done[from.rank], msg);
-        Dep(msg, din_done[to.rank]);
-      }
-  for (const GroupInfo& group : groups_)
-    for (const MemberInfo& m : group.members) {
-      const int op = Compute(OpLabel::kLinearPre, m.rank,
-                             k.linear_backward_factor * GemmSeconds(m, qkv_params_),
-                             Priority(pass_index_, 2, 0));
-      Dep(din_done[m.rank], op);
-      marks.end[m.rank] = op;
-      prev_end_[m.rank] = op;
-    }
+    const int op =
+        Message(OpLabel::kRingDkv, message.source_rank, message.dest_rank, bytes, message.origin);
+    Dep(computed, op);
+    for (int partial : partials) Dep(partial, op);
+    partials.clear();
+    Dep(op, ops.ring_done[message.dest_rank]);
+  }
+}
+
+// Forward: output projection + MLP. Backward: the QKV GEMMs' backward.
+void Builder::GemmsAfter(Direction direction, PassOps& ops) {
+  const bool forward = direction == Direction::kForward;
+  const double factor = forward ? 1.0 : cost_.constants().linear_backward_factor;
+  for (int rank : ActiveRanks()) {
+    const int op = Compute(forward ? OpLabel::kLinearPost : OpLabel::kLinearPre, rank,
+                           factor * GemmSeconds(rank, forward ? post_params_ : qkv_params_),
+                           Priority(pass_index_, kStageAfter, 0));
+    Dep(ops.local_out[rank], op);
+    prev_end_[rank] = op;
+  }
+}
+
+void Builder::BuildPass(Direction direction, PassMarks& marks) {
+  PassOps ops;
+  for (std::vector<int>* per_rank : {&ops.before, &ops.local_in, &ops.ring_done, &ops.local_out})
+    per_rank->assign(num_ranks_, -1);
+  ops.arrivals.resize(num_ranks_);
+  ops.attention.resize(num_ranks_);
+  marks.pass = pass_;
+  marks.layer = layer_;
+  marks.start = prev_end_;
+  GemmsBefore(direction, ops);
+  AllToAll(direction, /*inbound=*/true, ops);
+  KvMessages(direction, ops);
+  AttentionOps(direction, ops);
+  if (direction == Direction::kBackward) DkvMessages(ops);
+  AllToAll(direction, /*inbound=*/false, ops);
+  GemmsAfter(direction, ops);
+  marks.local_in = std::move(ops.local_in);
+  marks.ring_done = std::move(ops.ring_done);
+  marks.end.assign(num_ranks_, -1);
+  for (int rank : ActiveRanks()) marks.end[rank] = prev_end_[rank];
 }
 
 LayerGraph Builder::Build() {
-  Prepare();
+  const ModelSpec& model = cost_.model();
+  ScheduleSizes sizes;
+  sizes.head_dim = model.head_dim;
+  sizes.element_bytes = cost_.workload().bytes_per_element;
+  sizes.lse_bytes = kLseBytes;
+  auto schedule = BuildLayerSchedule(plan_, sizes);
+  HEXISEQ_CHECK(schedule.has_value(), "a validated plan has a layer schedule");
+  schedule_ = std::move(*schedule);
+  num_ranks_ = cost_.cluster().num_ranks();
+  qkv_params_ = model.QkvParams();
+  post_params_ = model.LayerGemmParams() - qkv_params_;
+  mlp_params_ = model.MlpParams();
+  for (int ring_pos = 0; ring_pos < schedule_.num_ring_groups(); ++ring_pos) {
+    const GroupSchedule& group = schedule_.RingGroup(ring_pos);
+    active_ranks_.insert(active_ranks_.end(), group.ranks.begin(), group.ranks.end());
+    visiting_.push_back(schedule_.VisitingOrigins(ring_pos));
+  }
+
   LayerGraph graph;
-  graph.num_segments = static_cast<int>(segments_.size());
+  graph.num_segments = static_cast<int>(schedule_.segments.size());
   prev_end_.assign(num_ranks_, -1);
   const int layers = std::max(1, options_.explicit_layers);
   const bool full = cost_.workload().recompute == Recompute::kFull;
   for (int layer = 0; layer < layers; ++layer) {
-    pass_ = Pass::kForward;
+    pass_ = sim::Pass::kForward;
     layer_ = layer;
     graph.passes.emplace_back();
-    ForwardPass(graph.passes.back());
+    BuildPass(Direction::kForward, graph.passes.back());
     ++pass_index_;
   }
   for (int layer = layers - 1; layer >= 0; --layer) {
     layer_ = layer;
     if (full) {
-      pass_ = Pass::kRecompute;
+      pass_ = sim::Pass::kRecompute;
       graph.passes.emplace_back();
-      ForwardPass(graph.passes.back());
+      BuildPass(Direction::kForward, graph.passes.back());
       ++pass_index_;
     }
-    pass_ = Pass::kBackward;
+    pass_ = sim::Pass::kBackward;
     graph.passes.emplace_back();
-    BackwardPass(graph.passes.back());
+    BuildPass(Direction::kBackward, graph.passes.back());
     ++pass_index_;
   }
   graph.head_seconds.assign(num_ranks_, 0);
-  const ModelSpec& model = cost_.model();
-  for (const GroupInfo& group : groups_)
-    for (const MemberInfo& m : group.members)
-      graph.head_seconds[m.rank] = (1 + cost_.constants().linear_backward_factor) * 2.0 *
-                                   static_cast<double>(m.tokens) * model.vocab * model.hidden /
-                                   cost_.cluster().device(m.rank).GemmFlops();
+  const double head_params = static_cast<double>(model.vocab) * model.hidden;
+  for (int rank : ActiveRanks())
+    graph.head_seconds[rank] =
+        (1 + cost_.constants().linear_backward_factor) * GemmSeconds(rank, head_params);
   return graph;
 }
 

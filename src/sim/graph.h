@@ -1,10 +1,13 @@
 // Builds the simulator's dependency graphs from a Plan: `explicit_layers` transformer layers,
 // forward (F), full-recompute forward (R, when the workload recomputes everything) and backward
 // (B), in training order F1..Fk, Rk Bk, ..., R1 B1; and one gradient-synchronisation bucket.
-// Per layer and rank: QKV GEMMs -> ragged all-to-all (Q, K, V) -> attention on the diagonal block
-// while the sub-rings carry K/V blocks (forwarded as soon as received, replicated to members that
-// share a KV head) -> one attention op per origin block -> all-to-all (O) -> O + MLP GEMMs.
-// Backward mirrors it; dK/dV accumulators follow the K/V blocks and return to their owners.
+// Every message comes from the plan's LayerSchedule (plan/layer_schedule.h), so the simulator
+// sends what the runtime sends. Per layer and rank: QKV GEMMs -> ragged all-to-all (Q, K, V) ->
+// attention on the diagonal block while K/V blocks follow their chains (primary to primary,
+// forwarded as soon as received, copied to replicas) -> one attention op per visiting block ->
+// all-to-all (O, LSE) -> O + MLP GEMMs. Backward is the same pass in the other direction; each
+// group's dK/dV of a block (replicas' partials summed at the primary) returns straight to the
+// block's owner.
 // Ignored: norms/RoPE/softmax FLOPs, optimizer step, memory allocation (the cost model's
 // memory figures decide feasibility).
 #pragma once
@@ -18,8 +21,7 @@
 namespace hexiseq::sim {
 
 struct GraphOptions {
-  int explicit_layers = 1;         // layers built explicitly; the iteration scales them
-  bool skip_masked_blocks = true;  // a K/V block is not forwarded past the last group needing it
+  int explicit_layers = 1;  // layers built explicitly; the iteration scales them
 };
 
 // Per pass, per rank: the ops that end the pass's phases (-1 for ranks without work).

@@ -52,7 +52,6 @@ Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOpt
   Engine layer_engine(cluster, engine_options);
   GraphOptions graph_options;
   graph_options.explicit_layers = options.explicit_layers;
-  graph_options.skip_masked_blocks = options.skip_masked_blocks;
   const LayerGraph graph = BuildLayerGraph(plan, cost, graph_options, layer_engine);
   EngineResult layer_run = layer_engine.Run();
 

@@ -24,10 +24,9 @@
 namespace hexiseq::sim {
 
 struct SimOptions {
-  int explicit_layers = 1;         // layers simulated explicitly (1..model layers)
-  bool skip_masked_blocks = true;  // don't forward K/V blocks past the last group needing them
-  int nics_per_node = 0;           // 0: one NIC per GPU; k: the node's GPUs share k NICs
-  bool keep_timeline = false;      // keep every op's timing (needed for the trace)
+  int explicit_layers = 1;     // layers simulated explicitly (1..model layers)
+  int nics_per_node = 0;       // 0: one NIC per GPU; k: the node's GPUs share k NICs
+  bool keep_timeline = false;  // keep every op's timing (needed for the trace)
 };
 
 struct SimRank {
@@ -59,12 +58,12 @@ struct Timeline {
 struct SimResult {
   double iteration_seconds = 0;
   double tokens_per_second = 0;
-  double layer_seconds = 0;           // simulated explicit layers, fwd + recompute + bwd
-  double head_seconds = 0;            // LM head per sequence (slowest rank)
-  double grad_bucket_seconds = 0;     // one layer's gradient bucket
-  double grad_sync_total_seconds = 0; // all buckets
+  double layer_seconds = 0;            // simulated explicit layers, fwd + recompute + bwd
+  double head_seconds = 0;             // LM head per sequence (slowest rank)
+  double grad_bucket_seconds = 0;      // one layer's gradient bucket
+  double grad_sync_total_seconds = 0;  // all buckets
   double grad_sync_exposed_seconds = 0;
-  bool feasible = true;               // memory, from the cost model
+  bool feasible = true;  // memory, from the cost model
   std::string infeasible_reason;
   int64_t events = 0;
   int64_t messages = 0;

@@ -176,13 +176,20 @@ Result<ModelSpec> ParseModelRoot(const YAML::Node& root, const std::string& file
 
 }  // namespace
 
-double ModelSpec::LayerGemmParams() const {
-  const double h = hidden;
+double ModelSpec::QkvParams() const {
   const double q_width = static_cast<double>(heads) * head_dim;
   const double kv_width = static_cast<double>(kv_heads) * head_dim;
-  const double attention = h * q_width + 2 * h * kv_width + q_width * h;
-  const double mlp = (gated_mlp ? 3.0 : 2.0) * h * ffn_hidden;
-  return attention + mlp;
+  return static_cast<double>(hidden) * (q_width + 2 * kv_width);
+}
+
+double ModelSpec::MlpParams() const {
+  constexpr double kGatedMatrices = 3, kPlainMatrices = 2;
+  return (gated_mlp ? kGatedMatrices : kPlainMatrices) * hidden * static_cast<double>(ffn_hidden);
+}
+
+double ModelSpec::LayerGemmParams() const {
+  const double output_projection = static_cast<double>(heads) * head_dim * hidden;
+  return QkvParams() + output_projection + MlpParams();
 }
 
 double ModelSpec::TotalParams() const {

@@ -15,9 +15,9 @@ struct ModelSpec {
   std::string name;
   int layers = 0;
   int hidden = 0;
-  int heads = 0;      // query heads H
-  int kv_heads = 0;   // KV heads G; H % G == 0
-  int head_dim = 0;   // d_h; defaults to hidden / heads
+  int heads = 0;     // query heads H
+  int kv_heads = 0;  // KV heads G; H % G == 0
+  int head_dim = 0;  // d_h; defaults to hidden / heads
   int ffn_hidden = 0;
   int vocab = 0;
   bool gated_mlp = true;  // SwiGLU (3 matrices) vs GELU MLP (2 matrices)
@@ -28,6 +28,10 @@ struct ModelSpec {
   // Parameters of one transformer layer that take part in per-token GEMMs:
   // Q, K, V, O projections + MLP.
   double LayerGemmParams() const;
+  // The Q, K and V projections (hidden x (heads + 2 kv_heads) x head_dim).
+  double QkvParams() const;
+  // The MLP: 3 matrices of hidden x ffn_hidden for SwiGLU, 2 for GELU.
+  double MlpParams() const;
   // All parameters (layers + embedding + output head + norms).
   double TotalParams() const;
   bool operator==(const ModelSpec&) const = default;
@@ -40,17 +44,24 @@ const std::vector<ModelSpec>& ModelPresets();
 Result<ModelSpec> LoadModel(const std::string& name_or_path);
 Result<ModelSpec> ParseModel(const std::string& text, const std::string& source_name);
 
+// Forward FLOPs of causal attention for `query_heads` heads over `causal_pairs` (query, key)
+// pairs: Q K^T and P V, 2 x 2 x head_dim per pair and head. Backward and recompute are multiples.
+inline double AttentionForwardFlops(int head_dim, double query_heads, double causal_pairs) {
+  constexpr double kFlopsPerPairPerDim = 4.0;
+  return kFlopsPerPairPerDim * head_dim * query_heads * causal_pairs;
+}
+
 enum class Recompute { kNone, kSelective, kFull };
 const char* RecomputeName(Recompute r);
 Result<Recompute> ParseRecompute(const std::string& text);
 
 struct Workload {
-  int64_t seq_len = 0;        // tokens per sequence S
-  int batch = 1;              // sequences per iteration (processed one after another)
+  int64_t seq_len = 0;  // tokens per sequence S
+  int batch = 1;        // sequences per iteration (processed one after another)
   Recompute recompute = Recompute::kFull;
-  int zero_stage = 3;         // 0..3
+  int zero_stage = 3;           // 0..3
   double memory_reserve = 0.1;  // fraction of each device's memory kept free
-  int bytes_per_element = 2;  // bf16 activations
+  int bytes_per_element = 2;    // bf16 activations
   bool operator==(const Workload&) const = default;
 };
 

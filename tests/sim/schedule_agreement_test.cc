@@ -1,0 +1,99 @@
+// The simulator simulates the layer schedule's messages: for random plans (uneven groups, split KV
+// groups with replicas, idle ranks), the (source, destination, bytes) multiset of one explicit
+// layer's messages equals the schedule's all-to-all pieces and ring messages, forward (twice under
+// full recompute) and backward.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <tuple>
+
+#include "plan/layer_schedule.h"
+#include "sim/engine.h"
+#include "sim/graph.h"
+#include "sim_test_util.h"
+
+namespace hexiseq::sim {
+namespace {
+
+using MessageKey = std::tuple<int, int, int64_t>;  // source, destination, bytes
+
+std::vector<MessageKey> SimulatedMessages(const Plan& plan, const CostModel& cost) {
+  Engine engine(cost.cluster());
+  BuildLayerGraph(plan, cost, GraphOptions{}, engine);
+  std::vector<MessageKey> messages;
+  for (const Op& op : engine.ops())
+    if (op.kind == OpKind::kMessage)
+      messages.push_back({op.rank, op.peer, static_cast<int64_t>(op.bytes)});
+  std::sort(messages.begin(), messages.end());
+  return messages;
+}
+
+std::vector<MessageKey> ScheduledMessages(const Plan& plan, const CostModel& cost) {
+  ScheduleSizes sizes;
+  sizes.head_dim = cost.model().head_dim;
+  sizes.element_bytes = cost.workload().bytes_per_element;
+  sizes.lse_bytes = kFp32Bytes;
+  auto schedule = BuildLayerSchedule(plan, sizes);
+  EXPECT_TRUE(schedule.has_value());
+  std::vector<MessageKey> messages;
+  auto add_direction = [&](Direction direction) {
+    for (bool inbound : {true, false})
+      ForEachAllToAllPiece(*schedule, direction, inbound, [&](int from, int to, int64_t bytes) {
+        messages.push_back({from, to, bytes});
+      });
+    ForEachRingMessage(*schedule, direction, [&](const RingMessage& message) {
+      messages.push_back({message.source_rank, message.dest_rank, message.bytes});
+    });
+  };
+  add_direction(Direction::kForward);
+  if (cost.workload().recompute == Recompute::kFull) add_direction(Direction::kForward);
+  add_direction(Direction::kBackward);
+  std::sort(messages.begin(), messages.end());
+  return messages;
+}
+
+struct AgreementCase {
+  const char* name;
+  Cluster cluster;
+  const char* model;
+  Recompute recompute;
+  simtest::GroupShape shape;
+};
+
+TEST(ScheduleAgreement, SimulatedMessagesAreTheSchedulesMessages) {
+  const std::vector<AgreementCase> cases = {
+      {"2x8 H100/A100 gpt-7b (MHA: multi-primary rings)",
+       simtest::EightGpuNodes({"H100-SXM", "A100-SXM-80G"}, {1, 1}, 25e9), "gpt-7b",
+       Recompute::kNone, simtest::GroupShape::kAny},
+      {"2x8 H100/L40S llama3-8b (GQA: replicas)",
+       simtest::EightGpuNodes({"H100-SXM", "L40S"}, {1, 1}, 25e9), "llama3-8b", Recompute::kFull,
+       simtest::GroupShape::kWithinNode},
+      {"6x1 mixed gpt-3b", simtest::OneGpuPerNode({"H100-SXM", "A100-SXM-80G", "L40S"}, 12.5e9),
+       "gpt-3b", Recompute::kSelective, simtest::GroupShape::kAny},
+  };
+  std::mt19937_64 rng(11);
+  for (const AgreementCase& c : cases) {
+    Workload workload;
+    workload.seq_len = 65537;  // prime-ish odd length: uneven shards
+    workload.recompute = c.recompute;
+    const CostModel cost(c.cluster, *LoadModel(c.model), workload);
+    for (int trial = 0; trial < 6; ++trial) {
+      const Plan plan = simtest::RandomPlan(cost, rng, c.shape, 0.4, trial % 2 == 0);
+      const std::vector<MessageKey> simulated = SimulatedMessages(plan, cost);
+      const std::vector<MessageKey> scheduled = ScheduledMessages(plan, cost);
+      ASSERT_FALSE(scheduled.empty()) << c.name;
+      ASSERT_EQ(simulated.size(), scheduled.size()) << c.name << " trial " << trial;
+      const auto mismatch = std::mismatch(simulated.begin(), simulated.end(), scheduled.begin());
+      EXPECT_TRUE(mismatch.first == simulated.end())
+          << c.name << " trial " << trial << ": first difference at message "
+          << (mismatch.first - simulated.begin()) << " (" << std::get<0>(*mismatch.first) << " -> "
+          << std::get<1>(*mismatch.first) << ", " << std::get<2>(*mismatch.first) << " B vs "
+          << std::get<0>(*mismatch.second) << " -> " << std::get<1>(*mismatch.second) << ", "
+          << std::get<2>(*mismatch.second) << " B)";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hexiseq::sim

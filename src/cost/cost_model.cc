@@ -32,11 +32,20 @@ void PrimaryMembers(const PlanGroup& group, int num_heads, int num_kv_heads,
 struct GroupScratch {
   std::vector<int64_t> s;
   std::vector<int> h, kv;
-  std::vector<double> s_d, h_d, kv_d, lin, a2a, ring_send, ring_recv, ring_chain;
+  std::vector<double> s_d, h_d, kv_d, lin, a2a, ring_chain;
+  std::vector<double> kv_ports, return_ports;  // [member * kPorts + port] seconds
   std::vector<uint8_t> needs;  // [member * num_kv + kv head]: the member holds a query head of it
-  std::vector<int> mine, before, after;
+  std::vector<int> mine, before, after, primary_heads;
   std::vector<std::pair<int, int>> links_seen;  // ring links already charged their latency
 };
+
+// A rank's four ports, each busy on its own: NVLink and NIC, send and receive.
+enum Port : int { kSendIntra = 0, kSendInter = 1, kRecvIntra = 2, kRecvInter = 3, kPorts = 4 };
+
+double BusiestPort(const std::vector<double>& ports, size_t member) {
+  const double* first = &ports[member * kPorts];
+  return *std::max_element(first, first + kPorts);
+}
 
 }  // namespace
 
@@ -254,12 +263,20 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
   // ring_chain: seconds per token of block on each primary's incoming ring link. Blocks are
   // forwarded whole, so the largest block reaches the farthest group only after crossing every
   // other link; Combine() sums the groups' slowest incoming links into that chain.
-  std::vector<double>& ring_send = scratch.ring_send;
-  std::vector<double>& ring_recv = scratch.ring_recv;
+  std::vector<double>& kv_ports = scratch.kv_ports;
+  std::vector<double>& return_ports = scratch.return_ports;
   std::vector<double>& ring_chain = scratch.ring_chain;
-  ring_send.assign(m, 0);
-  ring_recv.assign(m, 0);
+  kv_ports.assign(m * kPorts, 0);
+  return_ports.assign(m * kPorts, 0);
   ring_chain.assign(m, 0);
+  // Charges `seconds` to the sending member's and the receiving member's ports (-1: not in this
+  // group) of the link a -> b.
+  auto charge = [&](std::vector<double>& ports, int sender, int receiver, int a, int b,
+                    double seconds) {
+    const bool intra = cluster_.SameNode(a, b);
+    if (sender >= 0) ports[sender * kPorts + (intra ? kSendIntra : kSendInter)] += seconds;
+    if (receiver >= 0) ports[receiver * kPorts + (intra ? kRecvIntra : kRecvInter)] += seconds;
+  };
   if (steps > 1) {
     const PlanGroup& prev = plan.groups[ring.prev];
     const PlanGroup& next = plan.groups[ring.next];
@@ -292,21 +309,50 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
       const int after = rank_of(next, after_member[g]);
       if (before >= 0 && before != mine) {
         const double bandwidth = cluster_.Bandwidth(before, mine);
-        ring_recv[p] += link_latency(before, mine) + per_kv_in / bandwidth;
+        charge(kv_ports, -1, p, before, mine, link_latency(before, mine) + per_kv_in / bandwidth);
         ring_chain[p] += KvBytesPerTokenPerKvHead() / bandwidth;
         out.chain_latency = std::max(out.chain_latency, cluster_.Latency(before, mine));
       }
       if (after >= 0 && after != mine)
-        ring_send[p] += link_latency(mine, after) + per_kv_out / cluster_.Bandwidth(mine, after);
+        charge(kv_ports, p, -1, mine, after,
+               link_latency(mine, after) + per_kv_out / cluster_.Bandwidth(mine, after));
       // Replicas: other members needing KV head g get it from the primary over group links.
       for (size_t i = 0; i < m; ++i) {
         if (static_cast<int>(i) == p) continue;
         if (!needs[i * num_kv + g]) continue;
         const int replica = group.members[i].rank;
-        const double t =
-            link_latency(mine, replica) + per_kv_in / cluster_.Bandwidth(mine, replica);
-        ring_send[p] += t;
-        ring_recv[i] += t;
+        charge(kv_ports, p, static_cast<int>(i), mine, replica,
+               link_latency(mine, replica) + per_kv_in / cluster_.Bandwidth(mine, replica));
+      }
+    }
+    // dK/dV returns (backward): each primary returns every visiting block's dK/dV straight to
+    // its owner and receives its own block's from every group the block visits; one message per
+    // (primary, other group), over the link to that group's first member with heads.
+    std::vector<int>& primary_heads = scratch.primary_heads;
+    primary_heads.assign(m, 0);
+    for (int g = 0; g < num_kv; ++g)
+      if (mine_member[g] >= 0) ++primary_heads[mine_member[g]];
+    for (size_t other = 0; other < plan.groups.size(); ++other) {
+      const PlanGroup& peer_group = plan.groups[other];
+      const int64_t peer_tokens = TotalTokens(peer_group.tokens);
+      if (static_cast<int>(other) == group_index || peer_tokens == 0) continue;
+      int peer = -1;
+      for (const PlanMember& member : peer_group.members)
+        if (!member.heads.empty() && peer < 0) peer = member.rank;
+      if (peer < 0) continue;
+      const bool visited_by_theirs = CausalPairs(group.tokens, peer_group.tokens) > 0;
+      const bool ours_visits = CausalPairs(peer_group.tokens, group.tokens) > 0;
+      for (size_t p = 0; p < m; ++p) {
+        if (primary_heads[p] == 0) continue;
+        const int mine = group.members[p].rank;
+        const double per_token =
+            primary_heads[p] * KvBytesPerTokenPerKvHead() / cluster_.Bandwidth(mine, peer);
+        const double latency = cluster_.Latency(mine, peer);
+        const int member = static_cast<int>(p);
+        if (visited_by_theirs)
+          charge(return_ports, member, -1, mine, peer, latency + peer_tokens * per_token);
+        if (ours_visits)
+          charge(return_ports, -1, member, peer, mine, latency + group_tokens * per_token);
       }
     }
   }
@@ -316,18 +362,25 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
         AttentionForwardFlops(model_.head_dim, h[i], causal_pairs) / dev.AttentionFlops();
     const double first =
         AttentionForwardFlops(model_.head_dim, h[i], diag_pairs) / dev.AttentionFlops();
-    const double comm = std::max(ring_send[i], ring_recv[i]);
+    const double comm = BusiestPort(kv_ports, i);
+    // Backward: K/V go round again while dK/dV returns use their own links (ports add up).
+    double comm_bwd = 0, returns = 0;
+    for (int port = 0; port < kPorts; ++port) {
+      comm_bwd = std::max(comm_bwd, kv_ports[i * kPorts + port] + return_ports[i * kPorts + port]);
+      returns = std::max(returns, return_ports[i * kPorts + port]);
+    }
     out.chain_seconds_per_token = std::max(out.chain_seconds_per_token, ring_chain[i]);
     double fwd = compute, bwd = k_.attention_backward_factor * compute;
     if (steps > 1) {
       const double last = (compute - first) / (steps - 1);
-      const double hop = comm / (steps - 1);
+      const double last_return = returns / (steps - 1);
       fwd = std::max(compute, comm + last);
       out.last_block_fwd = std::max(out.last_block_fwd, last);
-      // Backward: K/V go round again and dK/dV follow one hop behind, plus the hop home.
+      // Backward: the busiest port's K/V and dK/dV traffic, then the last block's compute and
+      // its return home.
       bwd = std::max(k_.attention_backward_factor * compute,
-                     2 * comm + k_.attention_backward_factor * last) +
-            hop;
+                     comm_bwd + k_.attention_backward_factor * last) +
+            last_return;
     }
     out.ring_fwd = std::max(out.ring_fwd, fwd);
     out.ring_bwd = std::max(out.ring_bwd, bwd);
@@ -349,7 +402,7 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
         workload_.batch * (1 + k_.linear_backward_factor) * head_flops / dev.GemmFlops();
     rc.attention_seconds = layers * compute * (1 + k_.attention_backward_factor + (full ? 1 : 0));
     rc.all_to_all_seconds = layers * a2a[i] * (2 + (full ? 1 : 0));
-    rc.ring_comm_seconds = layers * comm * (3 + (full ? 1 : 0));
+    rc.ring_comm_seconds = layers * (comm * (1 + (full ? 1 : 0)) + comm_bwd);
     rc.ring_exposed_seconds = layers * ((fwd - compute) * (full ? 2 : 1) +
                                         (bwd - k_.attention_backward_factor * compute));
     out.head_seconds =
@@ -445,7 +498,7 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
                          (active - 1) * chain_latency;
     cost.ring_chain_seconds = chain;
     ring_fwd = std::max(ring_fwd, chain + last_block);
-    ring_bwd = std::max(ring_bwd, 2 * chain + k_.attention_backward_factor * last_block);
+    ring_bwd = std::max(ring_bwd, chain + k_.attention_backward_factor * last_block);
   }
   const double fwd = local_fwd + ring_fwd;
   double recompute = 0;

@@ -1,0 +1,216 @@
+// Fidelity of the analytical cost model against the event-driven simulator, strategy by strategy,
+// on random heterogeneous clusters: 2-6 GPU types, 8-128 GPUs, NVLink and PCIe nodes, NICs
+// 12.5-50 GB/s; models gpt-3b/7b/13b, llama3-8b/70b; 32K-1M tokens; all six strategies. Reports
+// mean, p95 and max |model - sim| / sim per strategy and Kendall's tau of the plans' ranking per
+// scenario. Usage: fidelity_bench [min_feasible_plans=300] [seed=1]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sched/baselines.h"
+#include "sched/scheduler.h"
+#include "sim/simulator.h"
+#include "spec/cluster.h"
+#include "spec/device.h"
+#include "spec/model.h"
+
+namespace hexiseq {
+namespace {
+
+constexpr double kGBps = 1e9;
+constexpr int kMinGpus = 8, kMaxGpus = 128;
+constexpr double kP95 = 0.95;
+
+const std::vector<const char*> kDevices = {"H100-SXM", "H200",      "A100-SXM-80G", "A800", "H800",
+                                           "L40S",     "H100-PCIe", "A100-40G",     "L4"};
+const std::vector<const char*> kModels = {"gpt-3b", "gpt-7b", "gpt-13b", "llama3-8b", "llama3-70b"};
+const std::vector<int64_t> kSeqs = {32768, 65536, 131072, 262144, 524288, 1048576};
+const std::vector<double> kNics = {12.5 * kGBps, 25 * kGBps, 50 * kGBps};
+
+struct Scenario {
+  Cluster cluster;
+  ModelSpec model;
+  Workload workload;
+  std::string label;
+};
+
+template <typename T>
+const T& Pick(const std::vector<T>& options, std::mt19937_64& rng) {
+  return options[std::uniform_int_distribution<size_t>(0, options.size() - 1)(rng)];
+}
+
+// A random cluster: distinct device types, each with 1+ nodes (8 GPUs on NVLink devices, 4 or 8
+// on PCIe ones), its own NIC; 8..128 GPUs in all.
+Cluster RandomCluster(std::mt19937_64& rng, std::string* label) {
+  std::vector<const char*> devices = kDevices;
+  std::shuffle(devices.begin(), devices.end(), rng);
+  const int types = std::uniform_int_distribution<int>(2, 6)(rng);
+  const int target = std::uniform_int_distribution<int>(kMinGpus, kMaxGpus)(rng);
+  const DeviceCatalog catalog;
+  Cluster cluster;
+  int gpus = 0;
+  for (int type = 0; type < types && gpus < kMaxGpus; ++type) {
+    const DeviceSpec device = *catalog.Find(devices[type], "fidelity");
+    NodeKind kind;
+    kind.device = device;
+    const bool pcie = device.intra_node_bytes_per_second < 100 * kGBps;
+    kind.gpus_per_node = pcie && rng() % 2 ? 4 : 8;
+    kind.intra_node_bytes_per_second = device.intra_node_bytes_per_second;
+    kind.nic_bytes_per_second = Pick(kNics, rng);
+    kind.latency_seconds = 3e-6;
+    const int share = std::max(kind.gpus_per_node, (target - gpus) / (types - type));
+    kind.count = std::max(1, std::min(share, kMaxGpus - gpus) / kind.gpus_per_node);
+    gpus += kind.count * kind.gpus_per_node;
+    *label +=
+        std::to_string(kind.count) + "x" + std::to_string(kind.gpus_per_node) + " " + device.name +
+        " @" +
+        std::to_string(static_cast<int>(kind.nic_bytes_per_second / 1e8) / 10.0).substr(0, 4) +
+        "; ";
+    cluster.kinds.push_back(kind);
+  }
+  cluster.name = "random";
+  cluster.Finalize();
+  return cluster;
+}
+
+Scenario RandomScenario(std::mt19937_64& rng) {
+  Scenario scenario;
+  scenario.cluster = RandomCluster(rng, &scenario.label);
+  const char* model = Pick(kModels, rng);
+  scenario.model = *LoadModel(model);
+  scenario.workload.seq_len = Pick(kSeqs, rng);
+  scenario.label += std::string(model) + " " + std::to_string(scenario.workload.seq_len / 1024) +
+                    "K (" + std::to_string(scenario.cluster.num_ranks()) + " GPUs)";
+  return scenario;
+}
+
+std::vector<StrategyResult> AllStrategies(const CostModel& cost) {
+  std::vector<StrategyResult> results = {RingBaseline(cost), UlyssesBaseline(cost),
+                                         UspBaseline(cost), HeteroRingBaseline(cost),
+                                         SubsetBaseline(cost)};
+  ScheduleOptions options;
+  options.explain_infeasible = false;
+  if (auto planned = Schedule(cost, options)) {
+    planned->strategy = "hexiseq";
+    results.push_back(*planned);
+  }
+  return results;
+}
+
+struct Sample {
+  double error = 0;  // (model - sim) / sim
+  std::string where;
+  std::string term;  // the term whose model and simulated values differ most
+};
+
+double Quantile(std::vector<double> values, double q) {
+  std::sort(values.begin(), values.end());
+  const size_t index = std::min(values.size() - 1, static_cast<size_t>(q * values.size()));
+  return values[index];
+}
+
+void PrintHeader() {
+  std::string cpu = "unknown";
+  std::ifstream info("/proc/cpuinfo");
+  for (std::string line; std::getline(info, line);)
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  std::printf("# fidelity_bench  commit %s  build %s  compiler g++ %s  cpu %s\n", HEXISEQ_COMMIT,
+              HEXISEQ_BUILD_TYPE, __VERSION__, cpu.c_str());
+}
+
+void PrintStrategyTable(const std::map<std::string, std::vector<Sample>>& samples) {
+  std::printf(
+      "\n| strategy | plans | mean | p95 | max | worst case (model - sim) / sim, largest term gap "
+      "|\n");
+  std::printf("| --- | --- | --- | --- | --- | --- |\n");
+  for (const auto& [strategy, list] : samples) {
+    std::vector<double> errors;
+    double mean = 0;
+    const Sample* worst = &list.front();
+    for (const Sample& sample : list) {
+      errors.push_back(std::abs(sample.error));
+      mean += std::abs(sample.error) / list.size();
+      if (std::abs(sample.error) > std::abs(worst->error)) worst = &sample;
+    }
+    std::printf("| %s | %zu | %.2f%% | %.2f%% | %.2f%% | %+.1f%%: %s; %s |\n", strategy.c_str(),
+                list.size(), 100 * mean, 100 * Quantile(errors, kP95), 100 * Quantile(errors, 1.0),
+                100 * worst->error, worst->where.c_str(), worst->term.c_str());
+  }
+}
+
+int Run(int min_plans, uint64_t seed) {
+  PrintHeader();
+  std::mt19937_64 rng(seed);
+  std::map<std::string, std::vector<Sample>> samples;
+  std::vector<double> taus;
+  int feasible = 0, scenarios = 0;
+  const auto start = std::chrono::steady_clock::now();
+  while (feasible < min_plans) {
+    const Scenario scenario = RandomScenario(rng);
+    const CostModel cost(scenario.cluster, scenario.model, scenario.workload);
+    std::vector<double> modelled, simulated;
+    for (const StrategyResult& result : AllStrategies(cost)) {
+      if (!result.feasible()) continue;
+      auto sim = sim::Simulate(result.plan, cost);
+      if (!sim) {
+        std::fprintf(stderr, "simulate failed: %s\n", sim.error().message.c_str());
+        return 1;
+      }
+      const double model_seconds = result.cost.iteration_seconds;
+      const sim::SimTerm* term = sim::LargestDisagreement(*sim);
+      char term_text[160];
+      std::snprintf(term_text, sizeof term_text, "%s %.3f/%.3f s", term->name.c_str(),
+                    term->model_seconds, term->sim_seconds);
+      samples[result.strategy].push_back({model_seconds / sim->iteration_seconds - 1,
+                                          scenario.label + " " + result.config, term_text});
+      modelled.push_back(model_seconds);
+      simulated.push_back(sim->iteration_seconds);
+      ++feasible;
+    }
+    ++scenarios;
+    if (modelled.size() >= 3) {
+      taus.push_back(sim::KendallTau(modelled, simulated));
+      std::printf("scenario %3d  plans %zu  tau %+.3f  %s\n", scenarios, modelled.size(),
+                  taus.back(), scenario.label.c_str());
+      std::fflush(stdout);
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("\n%d scenarios, %d feasible plans, %.0f s\n", scenarios, feasible, seconds);
+  PrintStrategyTable(samples);
+  double tau_mean = 0;
+  int tau_ok = 0;
+  for (double tau : taus) {
+    tau_mean += tau / taus.size();
+    tau_ok += tau >= 0.9;
+  }
+  std::printf(
+      "\nKendall tau over %zu scenarios with >= 3 feasible plans: mean %.3f, min %.3f, "
+      ">= 0.9 in %d\n",
+      taus.size(), tau_mean, *std::min_element(taus.begin(), taus.end()), tau_ok);
+  return 0;
+}
+
+}  // namespace
+}  // namespace hexiseq
+
+int main(int argc, char** argv) {
+  const int min_plans = argc > 1 ? std::atoi(argv[1]) : 300;
+  const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1;
+  if (min_plans < 1) {
+    std::fprintf(stderr, "usage: fidelity_bench [min_feasible_plans >= 1] [seed]\n");
+    return 2;
+  }
+  return hexiseq::Run(min_plans, seed);
+}

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "plan/layer_schedule.h"
 #include "spec/error.h"
@@ -62,6 +63,15 @@ class Builder {
   void DkvMessages(PassOps& ops);
   void GemmsAfter(Direction direction, PassOps& ops);
   static int FindOp(const OriginOps& ops, int origin);
+  // One K/V send: over link from -> to, of a block that has travelled `distance` ring positions.
+  struct LinkSend {
+    int from = 0, to = 0, distance = 0, op = 0;
+    bool operator<(const LinkSend& other) const {
+      return std::tie(from, to, distance, op) <
+             std::tie(other.from, other.to, other.distance, other.op);
+    }
+  };
+  void SendInOrderPerLink(std::vector<LinkSend>& sends);
 
   double GemmSeconds(int rank, double params) const {
     return 2.0 * static_cast<double>(TokensOf(rank)) * params /
@@ -187,8 +197,11 @@ void Builder::AllToAll(Direction direction, bool inbound, PassOps& ops) {
 void Builder::KvMessages(Direction direction, PassOps& ops) {
   int delivered_to_primary = -1;  // the K/V block message of the current hop
   dkv_messages_.clear();
+  std::vector<LinkSend> sends;
+  const int ring_groups = schedule_.num_ring_groups();
   ForEachRingMessage(schedule_, direction, [&](const RingMessage& message) {
     const double bytes = static_cast<double>(message.bytes);
+    const std::vector<ChainHop>& hops = schedule_.chains[message.origin].hops;
     switch (message.kind) {
       case RingMessageKind::kKvBlock: {
         const int op = Message(OpLabel::kRingKv, message.source_rank, message.dest_rank, bytes,
@@ -196,6 +209,9 @@ void Builder::KvMessages(Direction direction, PassOps& ops) {
         Dep(message.hop == 0 ? ops.local_in[message.source_rank] : delivered_to_primary, op);
         delivered_to_primary = op;
         ops.arrivals[message.dest_rank].push_back({message.origin, op});
+        const int sender_pos = message.hop == 0 ? message.origin : hops[message.hop - 1].ring_pos;
+        sends.push_back({message.source_rank, message.dest_rank,
+                         (sender_pos - message.origin + ring_groups) % ring_groups, op});
         break;
       }
       case RingMessageKind::kKvReplica: {
@@ -203,6 +219,9 @@ void Builder::KvMessages(Direction direction, PassOps& ops) {
                                message.origin);
         Dep(delivered_to_primary, op);
         ops.arrivals[message.dest_rank].push_back({message.origin, op});
+        sends.push_back({message.source_rank, message.dest_rank,
+                         (hops[message.hop].ring_pos - message.origin + ring_groups) % ring_groups,
+                         op});
         break;
       }
       case RingMessageKind::kDkvPartial:
@@ -211,7 +230,21 @@ void Builder::KvMessages(Direction direction, PassOps& ops) {
         break;
     }
   });
+  SendInOrderPerLink(sends);
   SortByOrigin(ops.arrivals);
+}
+
+// A rank sends the K/V blocks it forwards over one link in the order they reached it (one
+// channel per peer, as the runtime's step loop does), so blocks do not share a link's bandwidth
+// and arrive whole one after another.
+void Builder::SendInOrderPerLink(std::vector<LinkSend>& sends) {
+  std::sort(sends.begin(), sends.end());
+  for (size_t index = 1; index < sends.size(); ++index) {
+    const LinkSend& previous = sends[index - 1];
+    const LinkSend& current = sends[index];
+    if (previous.from == current.from && previous.to == current.to)
+      engine_.Depend(previous.op, current.op);
+  }
 }
 
 // Per rank with query heads: the diagonal block, then one op per visiting block in arrival order,

@@ -72,6 +72,7 @@ class Builder {
     }
   };
   void SendInOrderPerLink(std::vector<LinkSend>& sends);
+  std::vector<LinkSend> kv_sends_;  // this pass's K/V sends
 
   double GemmSeconds(int rank, double params) const {
     return 2.0 * static_cast<double>(TokensOf(rank)) * params /
@@ -197,7 +198,8 @@ void Builder::AllToAll(Direction direction, bool inbound, PassOps& ops) {
 void Builder::KvMessages(Direction direction, PassOps& ops) {
   int delivered_to_primary = -1;  // the K/V block message of the current hop
   dkv_messages_.clear();
-  std::vector<LinkSend> sends;
+  std::vector<LinkSend>& sends = kv_sends_;
+  sends.clear();
   const int ring_groups = schedule_.num_ring_groups();
   ForEachRingMessage(schedule_, direction, [&](const RingMessage& message) {
     const double bytes = static_cast<double>(message.bytes);
@@ -288,7 +290,8 @@ void Builder::AttentionOps(Direction direction, PassOps& ops) {
 }
 
 // Backward: each replica's dK/dV partial goes to its primary after its attention on the block;
-// the primary sums them with its own and returns one message to the owner's primary.
+// the primary sums them with its own and returns one message to the owner's primary. Each goes
+// as soon as it is ready (to different peers, so they share only the rank's ports).
 void Builder::DkvMessages(PassOps& ops) {
   std::vector<int> partials;
   for (const RingMessage& message : dkv_messages_) {
@@ -299,6 +302,7 @@ void Builder::DkvMessages(PassOps& ops) {
       const int op = Message(OpLabel::kReplicaDkv, message.source_rank, message.dest_rank, bytes,
                              message.origin);
       Dep(computed, op);
+      Dep(op, ops.ring_done[message.source_rank]);
       partials.push_back(op);
       continue;
     }
@@ -308,6 +312,7 @@ void Builder::DkvMessages(PassOps& ops) {
     for (int partial : partials) Dep(partial, op);
     partials.clear();
     Dep(op, ops.ring_done[message.dest_rank]);
+    Dep(op, ops.ring_done[message.source_rank]);
   }
 }
 
@@ -337,6 +342,9 @@ void Builder::BuildPass(Direction direction, PassMarks& marks) {
   AllToAll(direction, /*inbound=*/true, ops);
   KvMessages(direction, ops);
   AttentionOps(direction, ops);
+  // A rank's ring phase ends when its own sends have left too (the runtime waits on them before
+  // reusing the buffers), so the next pass never shares a link with this one's backlog.
+  for (const LinkSend& send : kv_sends_) Dep(send.op, ops.ring_done[send.from]);
   if (direction == Direction::kBackward) DkvMessages(ops);
   AllToAll(direction, /*inbound=*/false, ops);
   GemmsAfter(direction, ops);

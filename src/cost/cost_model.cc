@@ -28,17 +28,6 @@ void PrimaryMembers(const PlanGroup& group, int num_heads, int num_kv_heads,
     }
 }
 
-// Per-thread work arrays of EvaluateGroup, so scoring a group allocates only its result.
-struct GroupScratch {
-  std::vector<int64_t> s;
-  std::vector<int> h, kv;
-  std::vector<double> s_d, h_d, kv_d, lin, a2a, ring_chain;
-  std::vector<double> kv_ports, return_ports;  // [member * kPorts + port] seconds
-  std::vector<uint8_t> needs;  // [member * num_kv + kv head]: the member holds a query head of it
-  std::vector<int> mine, before, after, primary_heads;
-  std::vector<std::pair<int, int>> links_seen;  // ring links already charged their latency
-};
-
 // A rank's four ports, each busy on its own: NVLink and NIC, send and receive.
 enum Port : int { kSendIntra = 0, kSendInter = 1, kRecvIntra = 2, kRecvInter = 3, kPorts = 4 };
 
@@ -47,7 +36,27 @@ double BusiestPort(const std::vector<double>& ports, size_t member) {
   return *std::max_element(first, first + kPorts);
 }
 
+// Charges `seconds` to the sending member's and the receiving member's ports (-1: not in the
+// group being scored) of the link a -> b.
+void ChargePorts(const Cluster& cluster, std::vector<double>& ports, int sender, int receiver,
+                 int a, int b, double seconds) {
+  const bool intra = cluster.SameNode(a, b);
+  if (sender >= 0) ports[sender * kPorts + (intra ? kSendIntra : kSendInter)] += seconds;
+  if (receiver >= 0) ports[receiver * kPorts + (intra ? kRecvIntra : kRecvInter)] += seconds;
+}
+
 }  // namespace
+
+// Per-thread work arrays of EvaluateGroup, so scoring a group allocates only its result.
+struct CostModel::GroupScratch {
+  std::vector<int64_t> s;
+  std::vector<int> h, kv;
+  std::vector<double> s_d, h_d, kv_d, lin, a2a, ring_chain;
+  std::vector<double> kv_ports, return_ports;  // [member * kPorts + port] seconds
+  std::vector<uint8_t> needs;  // [member * num_kv + kv head]: the member holds a query head of it
+  std::vector<int> mine, before, after, primary_heads;
+  std::vector<std::pair<int, int>> links_seen;  // ring links already charged their latency
+};
 
 CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Workload& workload,
                      CostConstants constants)
@@ -147,8 +156,6 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
                                    const RingContext& ring) const {
   const PlanGroup& group = plan.groups[group_index];
   const int num_heads = model_.heads, num_kv = model_.kv_heads;
-  const double dh = model_.head_dim, bytes = workload_.bytes_per_element;
-  const int64_t seq = workload_.seq_len;
   const int64_t group_tokens = TotalTokens(group.tokens);
   const size_t m = group.members.size();
   const MemoryBreakdown state = ModelStateMemory();
@@ -194,8 +201,20 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
     finish_memory();
     return out;
   }
+  LocalPhase(group, scratch, out);
+  RingPortTimes(plan, group_index, ring, scratch, out);
+  MemberFigures(group, ring, scratch, out);
+  finish_memory();
+  return out;
+}
 
-  // ---- Local phase: all-to-all in (Q, K, V), all-to-all out (O), linear layers.
+// Local phase: all-to-all in (Q, K, V), all-to-all out (O), linear layers.
+void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupCost& out) const {
+  const size_t m = group.members.size();
+  const double dh = model_.head_dim, bytes = workload_.bytes_per_element;
+  const std::vector<int64_t>& s = scratch.s;
+  const std::vector<int>& h = scratch.h;
+  const std::vector<int>& kv = scratch.kv;
   // A rank's transfer time is the larger of its send and receive totals, with intra-node
   // (NVLink) and inter-node (NIC) traffic on separate links.
   // Bytes member i sends to member j: the same expressions as AllToAllBytes, without the matrix.
@@ -254,11 +273,18 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
   out.local_bwd = a2a_out + k_.linear_backward_factor * lin_max + a2a_in;
   out.recompute = mlp_fraction * lin_max;  // used by selective recompute only
   out.lin_fwd = lin_max;
-  out.a2a = a2a_in + a2a_out;
+}
 
-  // ---- Ring phase: attention compute overlapped with the sub-ring K/V transfers.
-  const int64_t causal_pairs = CausalPrefixPairs(group.tokens);
-  const int64_t diag_pairs = CausalPairs(group.tokens, group.tokens);
+// Ring phase traffic: per member and port, the sub-ring K/V transfers (to and from the ring
+// neighbours' primaries, and to replicas) and the backward's dK/dV returns.
+void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingContext& ring,
+                              GroupScratch& scratch, GroupCost& out) const {
+  const PlanGroup& group = plan.groups[group_index];
+  const size_t m = group.members.size();
+  const int num_heads = model_.heads, num_kv = model_.kv_heads;
+  const int64_t seq = workload_.seq_len;
+  const int64_t group_tokens = TotalTokens(group.tokens);
+  const std::vector<uint8_t>& needs = scratch.needs;
   const int steps = ring.ring_size;
   // ring_chain: seconds per token of block on each primary's incoming ring link. Blocks are
   // forwarded whole, so the largest block reaches the farthest group only after crossing every
@@ -269,14 +295,7 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
   kv_ports.assign(m * kPorts, 0);
   return_ports.assign(m * kPorts, 0);
   ring_chain.assign(m, 0);
-  // Charges `seconds` to the sending member's and the receiving member's ports (-1: not in this
-  // group) of the link a -> b.
-  auto charge = [&](std::vector<double>& ports, int sender, int receiver, int a, int b,
-                    double seconds) {
-    const bool intra = cluster_.SameNode(a, b);
-    if (sender >= 0) ports[sender * kPorts + (intra ? kSendIntra : kSendInter)] += seconds;
-    if (receiver >= 0) ports[receiver * kPorts + (intra ? kRecvIntra : kRecvInter)] += seconds;
-  };
+
   if (steps > 1) {
     const PlanGroup& prev = plan.groups[ring.prev];
     const PlanGroup& next = plan.groups[ring.next];
@@ -309,53 +328,86 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
       const int after = rank_of(next, after_member[g]);
       if (before >= 0 && before != mine) {
         const double bandwidth = cluster_.Bandwidth(before, mine);
-        charge(kv_ports, -1, p, before, mine, link_latency(before, mine) + per_kv_in / bandwidth);
+        ChargePorts(cluster_, kv_ports, -1, p, before, mine,
+                    link_latency(before, mine) + per_kv_in / bandwidth);
         ring_chain[p] += KvBytesPerTokenPerKvHead() / bandwidth;
         out.chain_latency = std::max(out.chain_latency, cluster_.Latency(before, mine));
       }
       if (after >= 0 && after != mine)
-        charge(kv_ports, p, -1, mine, after,
-               link_latency(mine, after) + per_kv_out / cluster_.Bandwidth(mine, after));
+        ChargePorts(cluster_, kv_ports, p, -1, mine, after,
+                    link_latency(mine, after) + per_kv_out / cluster_.Bandwidth(mine, after));
       // Replicas: other members needing KV head g get it from the primary over group links.
       for (size_t i = 0; i < m; ++i) {
         if (static_cast<int>(i) == p) continue;
         if (!needs[i * num_kv + g]) continue;
         const int replica = group.members[i].rank;
-        charge(kv_ports, p, static_cast<int>(i), mine, replica,
-               link_latency(mine, replica) + per_kv_in / cluster_.Bandwidth(mine, replica));
+        ChargePorts(cluster_, kv_ports, p, static_cast<int>(i), mine, replica,
+                    link_latency(mine, replica) + per_kv_in / cluster_.Bandwidth(mine, replica));
       }
     }
-    // dK/dV returns (backward): each primary returns every visiting block's dK/dV straight to
-    // its owner and receives its own block's from every group the block visits; one message per
-    // (primary, other group), over the link to that group's first member with heads.
-    std::vector<int>& primary_heads = scratch.primary_heads;
-    primary_heads.assign(m, 0);
-    for (int g = 0; g < num_kv; ++g)
-      if (mine_member[g] >= 0) ++primary_heads[mine_member[g]];
-    for (size_t other = 0; other < plan.groups.size(); ++other) {
-      const PlanGroup& peer_group = plan.groups[other];
-      const int64_t peer_tokens = TotalTokens(peer_group.tokens);
-      if (static_cast<int>(other) == group_index || peer_tokens == 0) continue;
-      int peer = -1;
-      for (const PlanMember& member : peer_group.members)
-        if (!member.heads.empty() && peer < 0) peer = member.rank;
-      if (peer < 0) continue;
-      const bool visited_by_theirs = CausalPairs(group.tokens, peer_group.tokens) > 0;
-      const bool ours_visits = CausalPairs(peer_group.tokens, group.tokens) > 0;
-      for (size_t p = 0; p < m; ++p) {
-        if (primary_heads[p] == 0) continue;
-        const int mine = group.members[p].rank;
-        const double per_token =
-            primary_heads[p] * KvBytesPerTokenPerKvHead() / cluster_.Bandwidth(mine, peer);
-        const double latency = cluster_.Latency(mine, peer);
-        const int member = static_cast<int>(p);
-        if (visited_by_theirs)
-          charge(return_ports, member, -1, mine, peer, latency + peer_tokens * per_token);
-        if (ours_visits)
-          charge(return_ports, -1, member, peer, mine, latency + group_tokens * per_token);
-      }
+    DkvReturnTimes(plan, group_index, scratch);
+  }
+}
+
+void CostModel::DkvReturnTimes(const Plan& plan, int group_index, GroupScratch& scratch) const {
+  const PlanGroup& group = plan.groups[group_index];
+  const size_t m = group.members.size();
+  const int num_kv = model_.kv_heads;
+  const int64_t group_tokens = TotalTokens(group.tokens);
+  const std::vector<int>& mine_member = scratch.mine;
+  std::vector<double>& return_ports = scratch.return_ports;
+  // dK/dV returns (backward): each primary returns every visiting block's dK/dV straight to
+  // its owner and receives its own block's from every group the block visits; one message per
+  // (primary, other group), over the link to that group's first member with heads.
+  std::vector<int>& primary_heads = scratch.primary_heads;
+  primary_heads.assign(m, 0);
+  for (int g = 0; g < num_kv; ++g)
+    if (mine_member[g] >= 0) ++primary_heads[mine_member[g]];
+  for (size_t other = 0; other < plan.groups.size(); ++other) {
+    const PlanGroup& peer_group = plan.groups[other];
+    const int64_t peer_tokens = TotalTokens(peer_group.tokens);
+    if (static_cast<int>(other) == group_index || peer_tokens == 0) continue;
+    int peer = -1;
+    for (const PlanMember& member : peer_group.members)
+      if (!member.heads.empty() && peer < 0) peer = member.rank;
+    if (peer < 0) continue;
+    const bool visited_by_theirs = CausalPairs(group.tokens, peer_group.tokens) > 0;
+    const bool ours_visits = CausalPairs(peer_group.tokens, group.tokens) > 0;
+    for (size_t p = 0; p < m; ++p) {
+      if (primary_heads[p] == 0) continue;
+      const int mine = group.members[p].rank;
+      const double per_token =
+          primary_heads[p] * KvBytesPerTokenPerKvHead() / cluster_.Bandwidth(mine, peer);
+      const double latency = cluster_.Latency(mine, peer);
+      const int member = static_cast<int>(p);
+      if (visited_by_theirs)
+        ChargePorts(cluster_, return_ports, member, -1, mine, peer,
+                    latency + peer_tokens * per_token);
+      if (ours_visits)
+        ChargePorts(cluster_, return_ports, -1, member, peer, mine,
+                    latency + group_tokens * per_token);
     }
   }
+}
+
+// Per member: the ring phase forward and backward (attention overlapped with its busiest port),
+// the per-iteration figures and the memory.
+void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
+                              GroupScratch& scratch, GroupCost& out) const {
+  const size_t m = group.members.size();
+  const int64_t group_tokens = TotalTokens(group.tokens);
+  const std::vector<int64_t>& s = scratch.s;
+  const std::vector<int>& h = scratch.h;
+  const std::vector<int>& kv = scratch.kv;
+  const std::vector<double>& lin = scratch.lin;
+  const std::vector<double>& a2a = scratch.a2a;
+  const std::vector<double>& kv_ports = scratch.kv_ports;
+  const std::vector<double>& return_ports = scratch.return_ports;
+  const std::vector<double>& ring_chain = scratch.ring_chain;
+  const double mlp_fraction = model_.MlpParams() / model_.LayerGemmParams();
+  const int64_t causal_pairs = CausalPrefixPairs(group.tokens);
+  const int64_t diag_pairs = CausalPairs(group.tokens, group.tokens);
+  const int steps = ring.ring_size;
   for (size_t i = 0; i < m; ++i) {
     const DeviceSpec& dev = cluster_.device(group.members[i].rank);
     const double compute =
@@ -408,32 +460,37 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
     out.head_seconds =
         std::max(out.head_seconds, (1 + k_.linear_backward_factor) * head_flops / dev.GemmFlops());
 
-    // Memory.
-    const double hidden = model_.hidden;
-    const double mlp_act = model_.MlpParams() / hidden;       // MLP intermediate values per token
-    const double token_act = bytes * (4 * hidden + mlp_act);  // norms, MLP in, MLP intermediate
-    const double head_act =
-        group_tokens * (dh * bytes * (2.0 * h[i] + 2.0 * kv[i]) + 4.0 * h[i]);  // Q,O,K,V,LSE
-    MemoryBreakdown& mem = rc.memory;
-    switch (workload_.recompute) {
-      case Recompute::kFull:
-        mem.activations = model_.layers * s[i] * hidden * bytes + s[i] * token_act + head_act;
-        break;
-      case Recompute::kSelective:
-        mem.activations = model_.layers * (s[i] * (token_act - bytes * mlp_act) + head_act) +
-                          s[i] * bytes * mlp_act;
-        break;
-      case Recompute::kNone:
-        mem.activations = model_.layers * (s[i] * token_act + head_act);
-        break;
-    }
-    mem.attention_working = group_tokens * dh * (h[i] * (bytes + 4.0) + kv[i] * 2 * 4.0);
-    const double block = static_cast<double>(ring.max_group_tokens) * kv[i] * 2 * dh;
-    mem.ring_buffers = steps > 1 ? k_.ring_buffers * block * (bytes + 4.0) : 0;
-    mem.logits = std::min<int64_t>(s[i], k_.loss_chunk_tokens) * model_.vocab * 4.0 * 2;
+    ActivationMemory(s[i], h[i], kv[i], group_tokens, ring, rc.memory);
   }
-  finish_memory();
-  return out;
+}
+
+// Activations, attention working set, ring buffers and logits of a member holding `tokens`
+// tokens and `query_heads` heads (`kv_heads` KV heads) of a group of `group_tokens` tokens.
+void CostModel::ActivationMemory(int64_t tokens, int query_heads, int kv_heads,
+                                 int64_t group_tokens, const RingContext& ring,
+                                 MemoryBreakdown& mem) const {
+  const double dh = model_.head_dim, bytes = workload_.bytes_per_element;
+  const double hidden = model_.hidden;
+  const double mlp_act = model_.MlpParams() / hidden;       // MLP intermediate values per token
+  const double token_act = bytes * (4 * hidden + mlp_act);  // norms, MLP in, MLP intermediate
+  const double head_act = group_tokens * (dh * bytes * (2.0 * query_heads + 2.0 * kv_heads) +
+                                          4.0 * query_heads);  // Q,O,K,V,LSE
+  switch (workload_.recompute) {
+    case Recompute::kFull:
+      mem.activations = model_.layers * tokens * hidden * bytes + tokens * token_act + head_act;
+      break;
+    case Recompute::kSelective:
+      mem.activations = model_.layers * (tokens * (token_act - bytes * mlp_act) + head_act) +
+                        tokens * bytes * mlp_act;
+      break;
+    case Recompute::kNone:
+      mem.activations = model_.layers * (tokens * token_act + head_act);
+      break;
+  }
+  mem.attention_working = group_tokens * dh * (query_heads * (bytes + 4.0) + kv_heads * 2 * 4.0);
+  const double block = static_cast<double>(ring.max_group_tokens) * kv_heads * 2 * dh;
+  mem.ring_buffers = ring.ring_size > 1 ? k_.ring_buffers * block * (bytes + 4.0) : 0;
+  mem.logits = std::min<int64_t>(tokens, k_.loss_chunk_tokens) * model_.vocab * 4.0 * 2;
 }
 
 std::vector<std::vector<double>> CostModel::AllToAllBytes(const PlanGroup& group,
@@ -510,8 +567,8 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
   cost.recompute_seconds = layers * recompute;
   cost.head_seconds = workload_.batch * head;
 
-  // Gradient synchronization over all ranks (weights are replicated across CP and HP), overlapped
-  // with the iteration's compute except for the last bucket (one layer's worth).
+  // Gradient synchronization over all ranks (weights are replicated across CP and HP),
+  // overlapped with the iteration's compute except for the last bucket (one layer's worth).
   const double busy =
       cost.local_seconds + cost.ring_seconds + cost.recompute_seconds + cost.head_seconds;
   const double bucket_seconds = GradSyncPasses() * GradSyncPassSeconds();
@@ -602,9 +659,9 @@ double CostModel::TotalAttentionFlops() const {
 
 double CostModel::IdealIterationSeconds() const {
   const double lin = TotalLinearFlops(), att = TotalAttentionFlops();
-  // Devices sorted by attention/GEMM ratio: in an optimal split the ones relatively best at GEMMs
-  // do the linear work. For a candidate time T, fill linear work in that order, then check that
-  // the remaining device time covers the attention work. Bisect on T.
+  // Devices sorted by attention/GEMM ratio: in an optimal split the ones relatively best at
+  // GEMMs do the linear work. For a candidate time T, fill linear work in that order, then
+  // check that the remaining device time covers the attention work. Bisect on T.
   std::vector<std::pair<double, double>> rates;  // (gemm, attention) FLOP/s
   for (int r = 0; r < cluster_.num_ranks(); ++r)
     rates.push_back({cluster_.device(r).GemmFlops(), cluster_.device(r).AttentionFlops()});

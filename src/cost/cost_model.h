@@ -166,6 +166,17 @@ class CostModel {
   const CostConstants& constants() const { return k_; }
 
  private:
+  struct GroupScratch;  // per-thread work arrays of EvaluateGroup (cost_model.cc)
+  // The phases of EvaluateGroup, in order; each fills its part of `out` from `scratch`.
+  void LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupCost& out) const;
+  void RingPortTimes(const Plan& plan, int group_index, const RingContext& ring,
+                     GroupScratch& scratch, GroupCost& out) const;
+  void DkvReturnTimes(const Plan& plan, int group_index, GroupScratch& scratch) const;
+  void MemberFigures(const PlanGroup& group, const RingContext& ring, GroupScratch& scratch,
+                     GroupCost& out) const;
+  void ActivationMemory(int64_t tokens, int query_heads, int kv_heads, int64_t group_tokens,
+                        const RingContext& ring, MemoryBreakdown& mem) const;
+
   double LinearForwardFlopsPerToken() const;  // all layers' GEMMs per token, one layer
   double KvBytesPerTokenPerKvHead() const;    // K and V, one KV head
 

@@ -97,3 +97,48 @@ TEST(ScheduleAgreement, SimulatedMessagesAreTheSchedulesMessages) {
 
 }  // namespace
 }  // namespace hexiseq::sim
+
+namespace hexiseq::sim {
+namespace {
+
+// The cost model's closed-form all-to-all bytes (CostModel::AllToAllBytes, the expressions its
+// local phase charges) equal the schedule's split tables: inbound exactly (Q, K, V), outbound up to
+// the schedule's fp32 log-sum-exp per row and query head, which the model leaves out.
+TEST(ScheduleAgreement, CostModelAllToAllBytesAreTheSchedules) {
+  const Cluster cluster = simtest::EightGpuNodes({"H100-SXM", "L40S"}, {1, 1}, 25e9);
+  Workload workload;
+  workload.seq_len = 40961;
+  const CostModel cost(cluster, *LoadModel("llama3-8b"), workload);
+  ScheduleSizes sizes;
+  sizes.head_dim = cost.model().head_dim;
+  sizes.element_bytes = workload.bytes_per_element;
+  sizes.lse_bytes = kFp32Bytes;
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 8; ++trial) {
+    const Plan plan = simtest::RandomPlan(cost, rng, simtest::GroupShape::kAny, 0.4);
+    auto schedule = BuildLayerSchedule(plan, sizes);
+    ASSERT_TRUE(schedule.has_value());
+    for (const GroupSchedule& group : schedule->groups) {
+      const PlanGroup& plan_group = plan.groups[group.plan_index];
+      const auto inbound = cost.AllToAllBytes(plan_group, /*inbound=*/true);
+      const auto outbound = cost.AllToAllBytes(plan_group, /*inbound=*/false);
+      for (int sender = 0; sender < group.qkv_in.members; ++sender)
+        for (int receiver = 0; receiver < group.qkv_in.members; ++receiver) {
+          if (sender == receiver) continue;
+          EXPECT_EQ(static_cast<int64_t>(inbound[sender][receiver]),
+                    group.qkv_in.Bytes(sender, receiver))
+              << "trial " << trial << " group " << group.plan_index << " " << sender << "->"
+              << receiver;
+          const int64_t lse =
+              group.member_tokens[receiver] * group.member_query_heads[sender] * kFp32Bytes;
+          EXPECT_EQ(static_cast<int64_t>(outbound[sender][receiver]) + lse,
+                    group.output_out.Bytes(sender, receiver))
+              << "trial " << trial << " group " << group.plan_index << " " << sender << "->"
+              << receiver;
+        }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hexiseq::sim

@@ -468,8 +468,7 @@ TEST(DTypeTest, NamesSizesAndParsing) {
 // Cross-check against the independent Python reader/writer (standard library only).
 
 std::string PythonScript() {
-  const char* source = std::getenv("HEXISEQ_SOURCE_DIR");
-  return std::string(source ? source : ".") + "/tests/train/safetensors_lite.py";
+  return std::string(HEXISEQ_SOURCE_PATH) + "/tests/train/safetensors_lite.py";
 }
 
 bool PythonAvailable() {

@@ -12,6 +12,7 @@
 #include "plan/plan.h"
 #include "runtime/mpi_comm.h"
 #include "spec/model.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace hexiseq::cli {
@@ -22,6 +23,8 @@ constexpr double kBytesPerMiB = 1024.0 * 1024.0;
 struct TrainFlags {
   std::string plan, model, data = "synthetic:recall", format = "table";
   std::string optimizer = "adamw", recompute = "full";
+  std::string save, resume, init;
+  int64_t save_every = 0;
   int64_t steps = 10, seq = 0;
   int batch = 1, threads = 1;
   uint64_t seed = 1;
@@ -114,6 +117,15 @@ int Fail(runtime::Comm& world, const Error& error, bool agreed) {
   return error.code == ErrorCode::kInternal ? 3 : 1;
 }
 
+// --init weights, then --resume state (which replaces them).
+Result<void> StartFrom(train::Trainer& trainer, const TrainFlags& flags) {
+  if (!flags.init.empty()) {
+    if (auto loaded = train::LoadInitWeights(trainer, flags.init); !loaded) return loaded;
+  }
+  if (!flags.resume.empty()) return train::LoadCheckpoint(trainer, flags.resume);
+  return {};
+}
+
 int RunTrainCommand(const TrainFlags& flags) {
   runtime::MpiSession session(nullptr, nullptr);
   train::SetComputeThreads(flags.threads);
@@ -136,15 +148,25 @@ int RunTrainCommand(const TrainFlags& flags) {
   }
   auto trainer = train::Trainer::Create(*plan, *model, *options, *world);
   if (!trainer) return Fail(*world, trainer.error(), true);
+  if (auto started = StartFrom(**trainer, flags); !started) {
+    return Fail(*world, started.error(), true);
+  }
   const bool json = flags.format == "json";
   if (world->rank() == 0 && !json) PrintHeader();
   double last_recall = NAN;
-  for (int64_t step = 0; step < flags.steps; ++step) {
+  while ((*trainer)->step() < flags.steps) {
     auto report = (*trainer)->Step();
     if (!report) return Fail(*world, report.error(), true);
     const train::PhaseSeconds slowest = SlowestPhases(*world, report->phases);
     if (world->rank() == 0) PrintStep(*report, slowest, json);
     last_recall = report->recall_loss;
+    const int64_t done = (*trainer)->step();
+    const bool periodic = flags.save_every > 0 && done % flags.save_every == 0;
+    if (!flags.save.empty() && (periodic || done == flags.steps)) {
+      if (auto saved = train::SaveCheckpoint(**trainer, flags.save); !saved) {
+        return Fail(*world, saved.error(), true);
+      }
+    }
   }
   PrintSummary(*world, **trainer, last_recall);
   return 0;
@@ -181,6 +203,12 @@ void AddTrainCommand(CLI::App& app, Actions& actions) {
       ->check(CLI::IsMember({"full", "none"}));
   cmd->add_option("--threads", flags.threads, "libtorch and OpenBLAS threads per rank (1)")
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--save", flags.save,
+                  "Checkpoint directory: weights (safetensors, HF names), optimizer state, step");
+  cmd->add_option("--save-every", flags.save_every, "Also save every K steps (default: at the end)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--resume", flags.resume, "Resume from the latest checkpoint in this directory");
+  cmd->add_option("--init", flags.init, "Initial weights: a safetensors file with HF names");
   cmd->add_option("--format", flags.format, "table|json")->check(CLI::IsMember({"table", "json"}));
   actions[cmd] = [] { return RunTrainCommand(flags); };
 }

@@ -1,8 +1,8 @@
-// Byte-file and synthetic-recall data sources. The recall task: P key-value pairs at the start
-// ("k1 v1 k2 v2 ..."), then distractor pairs from a second dictionary (keys from another
-// alphabet, repeating, so the model learns to look keys up), then the P first keys again in a
-// shuffled order, each followed by its value, at the very end. Predicting a value at the end needs
-// the pair at the start, so that loss only falls when attention reaches across every shard.
+// Byte-file and synthetic-recall data sources. The recall task: a dictionary of up to 8 keys,
+// each with a random value, stated at the very start as one "pair" token per entry (key and value
+// in one token id), a constant filler token, then at the very end query tokens (every key up to 8
+// times, shuffled), each followed by its value token. Predicting a value at the end needs the pair
+// tokens at the start, so that loss only falls when attention reaches across every shard.
 #include "train/data.h"
 
 #include <algorithm>
@@ -16,11 +16,10 @@ namespace hexiseq::train {
 namespace {
 
 constexpr int kByteVocab = 256;
-constexpr int kFillerToken = 1;       // pads an odd gap before the recall queries
-constexpr int kFirstRecallToken = 2;  // 0 and 1 are left out of the key/value alphabets
-constexpr int kRecallAlphabets = 3;   // far keys, distractor keys, values
-constexpr int kMaxRecallAlphabet = 32;
-constexpr int64_t kMaxRecallPairs = 16;
+constexpr int kFillerToken = 1;       // recall filler (constant: the loss is then all recall)
+constexpr int kFirstRecallToken = 2;  // 0 and 1 are left out of the recall tokens
+constexpr int kMaxRecallAlphabet = 8;
+constexpr int64_t kQueriesPerPair = 8;
 constexpr int64_t kTokensPerPairSlot = 8;  // at most one pair per 8 tokens of the sequence
 
 uint64_t SplitMix64(uint64_t x) {
@@ -56,63 +55,75 @@ class ByteFileSource : public DataSource {
   uint64_t seed_;
 };
 
+// Token ids of the recall task for an alphabet of A keys and A values.
+struct RecallTokens {
+  int64_t alphabet = 0;
+  int64_t pair(int64_t key, int64_t value) const {
+    return kFirstRecallToken + key * alphabet + value;
+  }
+  int64_t query(int64_t key) const { return kFirstRecallToken + alphabet * alphabet + key; }
+  int64_t value(int64_t value) const { return query(alphabet) + value; }
+  int64_t first_filler() const { return value(alphabet); }
+};
+
+// The largest alphabet A <= kMaxRecallAlphabet whose tokens (A^2 pairs, A queries, A values)
+// fit in the vocab.
+int64_t RecallAlphabet(int vocab) {
+  int64_t alphabet = kMaxRecallAlphabet;
+  while (alphabet > 1 && RecallTokens{alphabet}.first_filler() > vocab) --alphabet;
+  return alphabet;
+}
+
 class RecallSource : public DataSource {
  public:
-  RecallSource(int64_t seq_len, int vocab, uint64_t seed) : seq_len_(seq_len), seed_(seed) {
-    alphabet_ = std::min(kMaxRecallAlphabet, (vocab - kFirstRecallToken) / kRecallAlphabets);
-    pairs_ = std::clamp<int64_t>((seq_len + 1) / kTokensPerPairSlot, 1,
-                                 std::min<int64_t>(kMaxRecallPairs, alphabet_));
+  RecallSource(int64_t seq_len, int vocab, uint64_t seed)
+      : seq_len_(seq_len), seed_(seed), tokens_{RecallAlphabet(vocab)} {
+    pairs_ = std::clamp<int64_t>((seq_len + 1) / kTokensPerPairSlot, 1, tokens_.alphabet);
+    queries_ = std::clamp<int64_t>((seq_len + 1) / kTokensPerPairSlot, 1, kQueriesPerPair * pairs_);
   }
 
   Sequence Get(int64_t index) const override {
     std::mt19937_64 rng(SequenceSeed(seed_, index));
-    const int64_t far_keys = kFirstRecallToken, near_keys = far_keys + alphabet_;
-    const int64_t values = near_keys + alphabet_;
-    std::vector<int64_t> keys(alphabet_);
-    std::iota(keys.begin(), keys.end(), far_keys);
+    std::vector<int64_t> keys(tokens_.alphabet);
+    std::iota(keys.begin(), keys.end(), 0);
     std::shuffle(keys.begin(), keys.end(), rng);
     keys.resize(pairs_);
-    std::uniform_int_distribution<int64_t> value_dist(values, values + alphabet_ - 1);
-    std::vector<int64_t> far_values(pairs_), near_values(alphabet_);
-    for (int64_t& value : far_values) value = value_dist(rng);
-    for (int64_t& value : near_values) value = value_dist(rng);
+    std::uniform_int_distribution<int64_t> value_dist(0, tokens_.alphabet - 1);
+    std::vector<int64_t> values(pairs_);
+    for (int64_t& value : values) value = value_dist(rng);
 
     const int64_t total = seq_len_ + 1;
     Sequence sequence;
     sequence.tokens.assign(total, kFillerToken);
     sequence.recall_target.assign(seq_len_, 0);
     for (int64_t pair = 0; pair < pairs_; ++pair) {
-      sequence.tokens[2 * pair] = keys[pair];
-      sequence.tokens[2 * pair + 1] = far_values[pair];
+      sequence.tokens[pair] = tokens_.pair(keys[pair], values[pair]);
     }
-    // Distractor pairs from a second dictionary fill the middle: they repeat, so they teach
-    // the model to look a key up, but never answer a final query.
-    const int64_t query_start = total - 2 * pairs_;
-    std::uniform_int_distribution<int64_t> near_dist(0, alphabet_ - 1);
-    for (int64_t position = 2 * pairs_; position + 1 < query_start; position += 2) {
-      const int64_t key = near_dist(rng);
-      sequence.tokens[position] = near_keys + key;
-      sequence.tokens[position + 1] = near_values[key];
-    }
-    std::vector<int64_t> order(pairs_);
-    std::iota(order.begin(), order.end(), 0);
+    // Every key is asked about kQueriesPerPair times (as far as the length allows), in a
+    // shuffled order.
+    std::vector<int64_t> order(queries_);
+    for (int64_t query = 0; query < queries_; ++query) order[query] = query % pairs_;
     std::shuffle(order.begin(), order.end(), rng);
-    for (int64_t query = 0; query < pairs_; ++query) {
-      const int64_t key_position = query_start + 2 * query;
-      sequence.tokens[key_position] = keys[order[query]];
-      sequence.tokens[key_position + 1] = far_values[order[query]];
-      sequence.recall_target[key_position] = 1;  // predicts the value at key_position + 1
+    const int64_t query_start = total - 2 * queries_;
+    for (int64_t query = 0; query < queries_; ++query) {
+      const int64_t position = query_start + 2 * query;
+      sequence.tokens[position] = tokens_.query(keys[order[query]]);
+      sequence.tokens[position + 1] = tokens_.value(values[order[query]]);
+      sequence.recall_target[position] = 1;  // predicts the value at position + 1
     }
     return sequence;
   }
   bool has_recall() const override { return true; }
-  double recall_chance_loss() const override { return std::log(static_cast<double>(alphabet_)); }
+  double recall_chance_loss() const override {
+    return std::log(static_cast<double>(tokens_.alphabet));
+  }
 
  private:
   int64_t seq_len_;
   uint64_t seed_;
-  int alphabet_ = 0;
+  RecallTokens tokens_;
   int64_t pairs_ = 0;
+  int64_t queries_ = 0;
 };
 
 Result<std::vector<uint8_t>> ReadBytes(const std::string& path) {

@@ -1,4 +1,4 @@
-// Data sources: the recall task's structure (answers at the end repeat pairs from the start),
+// Data sources: the recall task's structure (queries at the end ask for the pairs at the start),
 // determinism in (seed, index), byte-file windows, and the errors.
 #include "train/data.h"
 
@@ -12,29 +12,32 @@
 namespace hexiseq::train {
 namespace {
 
-TEST(RecallData, QueriesRepeatThePairsFromTheStart) {
+TEST(RecallData, QueriesAskForThePairsAtTheStart) {
+  // vocab 256: alphabet 8, pair tokens 2..65 (2 + 8 key + value), queries 66..73, values 74..81.
   auto source = OpenDataSource("synthetic:recall", 127, 256, 9);
   ASSERT_TRUE(source) << source.error().message;
   const Sequence sequence = (*source)->Get(3);
   ASSERT_EQ(sequence.tokens.size(), 128u);
   ASSERT_EQ(sequence.recall_target.size(), 127u);
-  std::map<int64_t, int64_t> pairs;  // key -> value from the start of the sequence
-  int64_t position = 0;
-  while (sequence.tokens[position] >= 2 && sequence.tokens[position] < 34) {
-    pairs[sequence.tokens[position]] = sequence.tokens[position + 1];
-    position += 2;
+  std::map<int64_t, int64_t> dictionary;  // key -> value from the pair tokens at the start
+  for (int64_t position = 0; position < 8; ++position) {
+    const int64_t pair = sequence.tokens[position] - 2;
+    ASSERT_TRUE(pair >= 0 && pair < 64) << "position " << position;
+    dictionary[pair / 8] = pair % 8;
   }
-  ASSERT_EQ(pairs.size(), 16u);
+  EXPECT_EQ(dictionary.size(), 8u);  // every key once
   int targets = 0;
   for (int64_t p = 0; p < 127; ++p) {
     if (!sequence.recall_target[p]) continue;
     ++targets;
-    ASSERT_TRUE(pairs.contains(sequence.tokens[p])) << "position " << p;
-    EXPECT_EQ(sequence.tokens[p + 1], pairs[sequence.tokens[p]]);
-    EXPECT_GE(p, 127 - 32);  // queries sit at the end
+    const int64_t key = sequence.tokens[p] - 66;
+    ASSERT_TRUE(dictionary.contains(key)) << "position " << p;
+    EXPECT_EQ(sequence.tokens[p + 1] - 74, dictionary[key]);
+    EXPECT_GE(p, 128 - 32);  // queries sit at the end
   }
-  EXPECT_EQ(targets, 16);
-  EXPECT_NEAR((*source)->recall_chance_loss(), std::log(32.0), 1e-12);
+  EXPECT_EQ(targets, 16);  // (S + 1) / 8 queries, every key twice
+  for (int64_t p = 8; p < 128 - 32; ++p) EXPECT_EQ(sequence.tokens[p], 1);  // filler only
+  EXPECT_NEAR((*source)->recall_chance_loss(), std::log(8.0), 1e-12);
 }
 
 TEST(RecallData, DeterministicInSeedAndIndex) {

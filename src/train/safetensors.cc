@@ -37,7 +37,10 @@ std::string Cat(const Args&... args) {
   return out.str();
 }
 
-std::string Quote(std::string_view text) { return Json(std::string(text)).dump(); }
+// A JSON-quoted string for messages; invalid UTF-8 bytes show as U+FFFD instead of throwing.
+std::string Quote(std::string_view text) {
+  return Json(std::string(text)).dump(-1, ' ', false, Json::error_handler_t::replace);
+}
 
 std::string SystemError(int error_number) { return std::strerror(error_number); }
 
@@ -390,9 +393,13 @@ Result<std::pair<int64_t, int64_t>> ParseOffsets(const std::string& where, const
   }
   const uint64_t begin = offsets[0].get<uint64_t>();
   const uint64_t end = offsets[1].get<uint64_t>();
-  if (begin > end || end > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+  if (begin > end) {
     return InvalidArgument(Cat(where, ".data_offsets = ", offsets.dump(),
                                ": must have begin <= end (rule: a byte range [begin, end))"));
+  }
+  if (end > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return InvalidArgument(Cat(where, ".data_offsets = ", offsets.dump(),
+                               ": end is beyond 2^63 - 1 (hint: the file is corrupted)"));
   }
   return std::pair{static_cast<int64_t>(begin), static_cast<int64_t>(end)};
 }

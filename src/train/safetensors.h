@@ -40,9 +40,10 @@ Result<int64_t> ElementCount(std::span<const int64_t> shape);
 
 // Writes `tensors` (in the given order) and `metadata` to `path` atomically: the bytes go to a
 // temporary file in the same directory, which is fsync'ed and renamed over `path`, so a reader
-// (or a crash) sees either the old file or the complete new one. REQUIRES nothing: names must be
-// unique and non-empty, not "__metadata__", and each tensor's data must hold exactly
-// shape * dtype-size bytes, else an invalid-argument error naming the tensor.
+// (or a crash) sees either the old file or the complete new one. Checked, not required: names are
+// unique, non-empty, valid UTF-8 and not "__metadata__", and each tensor's data holds exactly
+// shape * dtype-size bytes; otherwise an invalid-argument error names the tensor and nothing is
+// written. I/O failures are kIo errors naming the path; the temporary file is removed.
 Result<void> WriteSafetensors(const std::string& path, std::span<const NamedTensor> tensors,
                               const std::map<std::string, std::string>& metadata = {});
 

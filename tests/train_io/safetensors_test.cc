@@ -190,6 +190,7 @@ TEST_F(SafetensorsTest, WriterRejectsBadTensors) {
   expect_error({TensorOf<float>("b", DType::kF32, {2}, {1.0f})},
                "\"b\": data holds 4 bytes, shape x F32 needs 8");
   expect_error({TensorOf<float>("c", DType::kF32, {-1}, {})}, "\"c\": shape[0] = -1: must be >= 0");
+  expect_error({TensorOf<float>("bad\xff", DType::kF32, {1}, {1.0f})}, "not valid UTF-8");
   EXPECT_EQ(std::distance(fs::directory_iterator(dir_), fs::directory_iterator()), 0);
 }
 
@@ -388,6 +389,11 @@ TEST_F(SafetensorsTest, ReaderRejectsBadHeaders) {
       {R"({"__metadata__":[1],"a":{"dtype":"U8","shape":[],"data_offsets":[0,1]}})", "z",
        "__metadata__ is JSON array: must be an object"},
       {R"({"a":[1]})", "", "tensor \"a\" = [1]: must be an object"},
+      {R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,18446744073709551615]}})", "z",
+       "data_offsets = [0,18446744073709551615]: end is beyond 2^63 - 1"},
+      {R"({"a":{"dtype":"U8","shape":[4294967296,4294967296],"data_offsets":[0,1]}})", "z",
+       "tensor \"a\".shape: shape[1] = 4294967296: the element count overflows 64 bits"},
+      {"{\"a\xff\":1}", "", "header is not valid JSON"},
   };
   const std::string path = Path("h.safetensors");
   for (const HeaderCase& test_case : cases) {

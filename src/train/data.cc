@@ -1,8 +1,10 @@
-// Byte-file and synthetic-recall data sources. The recall task: a dictionary of up to 8 keys,
+// Byte-file and synthetic-recall data sources. The recall task: a dictionary of up to 4 keys,
 // each with a random value, stated at the very start as one "pair" token per entry (key and value
-// in one token id), a constant filler token, then at the very end query tokens (every key up to 8
-// times, shuffled), each followed by its value token. Predicting a value at the end needs the pair
-// tokens at the start, so that loss only falls when attention reaches across every shard.
+// in one token id), a constant filler token, then at the end of the sequence query tokens (every
+// key up to 8 times, shuffled; one query per 8 tokens of the sequence at most), each followed by
+// its value token. A value can only be predicted
+// from the pair tokens at the start, so the recall loss falls only when attention reaches across
+// every shard.
 #include "train/data.h"
 
 #include <algorithm>
@@ -18,8 +20,8 @@ namespace {
 constexpr int kByteVocab = 256;
 constexpr int kFillerToken = 1;       // recall filler (constant: the loss is then all recall)
 constexpr int kFirstRecallToken = 2;  // 0 and 1 are left out of the recall tokens
-constexpr int kMaxRecallAlphabet = 8;
-constexpr int64_t kQueriesPerPair = 8;
+constexpr int kMaxRecallAlphabet = 4;
+constexpr int64_t kQueriesPerKey = 8;
 constexpr int64_t kTokensPerPairSlot = 8;  // at most one pair per 8 tokens of the sequence
 
 uint64_t SplitMix64(uint64_t x) {
@@ -79,7 +81,7 @@ class RecallSource : public DataSource {
   RecallSource(int64_t seq_len, int vocab, uint64_t seed)
       : seq_len_(seq_len), seed_(seed), tokens_{RecallAlphabet(vocab)} {
     pairs_ = std::clamp<int64_t>((seq_len + 1) / kTokensPerPairSlot, 1, tokens_.alphabet);
-    queries_ = std::clamp<int64_t>((seq_len + 1) / kTokensPerPairSlot, 1, kQueriesPerPair * pairs_);
+    queries_ = std::clamp<int64_t>((seq_len + 1) / kTokensPerPairSlot, 1, kQueriesPerKey * pairs_);
   }
 
   Sequence Get(int64_t index) const override {
@@ -99,8 +101,7 @@ class RecallSource : public DataSource {
     for (int64_t pair = 0; pair < pairs_; ++pair) {
       sequence.tokens[pair] = tokens_.pair(keys[pair], values[pair]);
     }
-    // Every key is asked about kQueriesPerPair times (as far as the length allows), in a
-    // shuffled order.
+    // The end of the sequence asks about every key up to kQueriesPerKey times, shuffled.
     std::vector<int64_t> order(queries_);
     for (int64_t query = 0; query < queries_; ++query) order[query] = query % pairs_;
     std::shuffle(order.begin(), order.end(), rng);

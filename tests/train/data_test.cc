@@ -13,31 +13,31 @@ namespace hexiseq::train {
 namespace {
 
 TEST(RecallData, QueriesAskForThePairsAtTheStart) {
-  // vocab 256: alphabet 8, pair tokens 2..65 (2 + 8 key + value), queries 66..73, values 74..81.
+  // vocab 256: alphabet 4, pair tokens 2..17 (2 + 4 key + value), queries 18..21, values 22..25.
   auto source = OpenDataSource("synthetic:recall", 127, 256, 9);
   ASSERT_TRUE(source) << source.error().message;
   const Sequence sequence = (*source)->Get(3);
   ASSERT_EQ(sequence.tokens.size(), 128u);
   ASSERT_EQ(sequence.recall_target.size(), 127u);
   std::map<int64_t, int64_t> dictionary;  // key -> value from the pair tokens at the start
-  for (int64_t position = 0; position < 8; ++position) {
+  for (int64_t position = 0; position < 4; ++position) {
     const int64_t pair = sequence.tokens[position] - 2;
-    ASSERT_TRUE(pair >= 0 && pair < 64) << "position " << position;
-    dictionary[pair / 8] = pair % 8;
+    ASSERT_TRUE(pair >= 0 && pair < 16) << "position " << position;
+    dictionary[pair / 4] = pair % 4;
   }
-  EXPECT_EQ(dictionary.size(), 8u);  // every key once
+  EXPECT_EQ(dictionary.size(), 4u);  // every key once
   int targets = 0;
   for (int64_t p = 0; p < 127; ++p) {
     if (!sequence.recall_target[p]) continue;
     ++targets;
-    const int64_t key = sequence.tokens[p] - 66;
+    const int64_t key = sequence.tokens[p] - 18;
     ASSERT_TRUE(dictionary.contains(key)) << "position " << p;
-    EXPECT_EQ(sequence.tokens[p + 1] - 74, dictionary[key]);
+    EXPECT_EQ(sequence.tokens[p + 1] - 22, dictionary[key]);
     EXPECT_GE(p, 128 - 32);  // queries sit at the end
   }
-  EXPECT_EQ(targets, 16);  // (S + 1) / 8 queries, every key twice
-  for (int64_t p = 8; p < 128 - 32; ++p) EXPECT_EQ(sequence.tokens[p], 1);  // filler only
-  EXPECT_NEAR((*source)->recall_chance_loss(), std::log(8.0), 1e-12);
+  EXPECT_EQ(targets, 16);                                                   // (S + 1) / 8
+  for (int64_t p = 4; p < 128 - 32; ++p) EXPECT_EQ(sequence.tokens[p], 1);  // filler only
+  EXPECT_NEAR((*source)->recall_chance_loss(), std::log(4.0), 1e-12);
 }
 
 TEST(RecallData, DeterministicInSeedAndIndex) {

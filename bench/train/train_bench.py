@@ -6,6 +6,7 @@ step time against half the 1-rank time, and each run's peak RSS per rank. Median
 after the first (warm-up). Prints a header (commit, compiler, CPU) and a Markdown table.
 
 Usage: bench/train/train_bench.py [--seqs 4096 8192] [--ranks 1 2 4] [--steps 4]
+                                  [--strategies ring ulysses usp hetero-ring subset hexiseq]
 """
 import argparse
 import json
@@ -95,6 +96,7 @@ def main():
     parser.add_argument("--seqs", type=int, nargs="+", default=[4096, 8192])
     parser.add_argument("--ranks", type=int, nargs="+", default=[1, 2, 4])
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--strategies", nargs="+", default=STRATEGIES)
     args = parser.parse_args()
     header()
     gflops = sgemm_gflops()
@@ -106,7 +108,7 @@ def main():
         for seq in args.seqs:
             single = None
             for ranks in args.ranks:
-                for strategy in (["ring"] if ranks == 1 else STRATEGIES):
+                for strategy in (["ring"] if ranks == 1 else args.strategies):
                     r = run(tmp, ranks, strategy, seq, args.steps)
                     if r is None:
                         continue

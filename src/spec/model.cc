@@ -21,6 +21,8 @@ constexpr const char* kGpt3Source =
     "GPT-3 paper (Brown et al. 2020, arXiv:2005.14165) Table 2.1; GPT-2 BPE vocabulary 50257, "
     "tied embeddings, GELU MLP with ffn = 4 x hidden";
 
+constexpr double kLlama3RopeTheta = 500000.0;
+
 ModelSpec Preset(const char* name, int layers, int hidden, int heads, int kv_heads, int head_dim,
                  int ffn_hidden, int vocab, bool gated, bool tied, std::string source) {
   ModelSpec spec;
@@ -39,7 +41,7 @@ ModelSpec Preset(const char* name, int layers, int hidden, int heads, int kv_hea
 }
 
 std::vector<ModelSpec> MakePresets() {
-  return {
+  std::vector<ModelSpec> presets = {
       Preset("gpt-3b", 32, 2560, 32, 32, 80, 10240, 50257, false, true,
              std::string(kGpt3Source) + " (GPT-3 2.7B: 32 layers, d_model 2560, 32 heads of 80)"),
       Preset("gpt-7b", 32, 4096, 32, 32, 128, 16384, 50257, false, true,
@@ -69,6 +71,12 @@ std::vector<ModelSpec> MakePresets() {
              "meta-llama/Meta-Llama-3-70B config.json (80 layers, hidden 8192, 64 heads, 8 KV "
              "heads, intermediate 28672, vocab 128256); 70.6B parameters"),
   };
+  // Llama 3 configs publish rope_theta 500000 (config.json); rms_norm_eps is 1e-5 for all the
+  // Llama presets (the defaults). Llama 3.2's rope_scaling is not modelled.
+  for (ModelSpec& spec : presets) {
+    if (spec.name.starts_with("llama3")) spec.rope_theta = kLlama3RopeTheta;
+  }
+  return presets;
 }
 
 std::vector<std::string> PresetNames() {
@@ -89,7 +97,28 @@ bool LooksLikePath(const std::string& text) {
 
 const std::vector<std::string> kModelKeys = {"name",      "layers",          "hidden",     "heads",
                                              "kv_heads",  "head_dim",        "ffn_hidden", "vocab",
-                                             "gated_mlp", "tied_embeddings", "source"};
+                                             "gated_mlp", "tied_embeddings", "source",
+                                             "rope_theta", "norm_eps"};
+
+// rope_theta and norm_eps: optional, each a finite number > 0.
+Result<void> ReadTrainingReals(const std::vector<std::pair<std::string, YAML::Node>>& entries,
+                               const std::string& file, ModelSpec& spec) {
+  if (YAML::Node node = spec_internal::Get(entries, "rope_theta"); node.IsDefined()) {
+    auto value = spec_internal::ReadPositive(node, file + ": rope_theta", false,
+                                             "the RoPE base, a number > 0 (default 10000)",
+                                             "write rope_theta: 500000 for Llama 3");
+    if (!value) return std::unexpected(value.error());
+    spec.rope_theta = *value;
+  }
+  if (YAML::Node node = spec_internal::Get(entries, "norm_eps"); node.IsDefined()) {
+    auto value = spec_internal::ReadPositive(node, file + ": norm_eps", false,
+                                             "the RMSNorm epsilon, a number > 0 (default 1e-5)",
+                                             "write norm_eps: 1e-5");
+    if (!value) return std::unexpected(value.error());
+    spec.norm_eps = *value;
+  }
+  return {};
+}
 
 Result<ModelSpec> ParseModelRoot(const YAML::Node& root, const std::string& file) {
   auto entries = spec_internal::CheckedEntries(root, file + ":", kModelKeys, "a model file");
@@ -164,6 +193,8 @@ Result<ModelSpec> ParseModelRoot(const YAML::Node& root, const std::string& file
     if (!value) return std::unexpected(value.error());
     spec.tied_embeddings = *value;
   }
+  auto reals = ReadTrainingReals(*entries, file, spec);
+  if (!reals) return std::unexpected(reals.error());
   for (const char* key : {"name", "source"}) {
     const YAML::Node node = spec_internal::Get(*entries, key);
     if (!node.IsDefined()) continue;

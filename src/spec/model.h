@@ -23,6 +23,8 @@ struct ModelSpec {
   bool gated_mlp = true;  // SwiGLU (3 matrices) vs GELU MLP (2 matrices)
   std::string source;
   bool tied_embeddings = false;  // output head shares the input embedding (counted once)
+  double rope_theta = 10000.0;   // RoPE base (HF rope_theta); used by the trainer only
+  double norm_eps = 1e-5;        // RMSNorm epsilon (HF rms_norm_eps); used by the trainer only
 
   int heads_per_kv() const { return heads / kv_heads; }
   // Parameters of one transformer layer that take part in per-token GEMMs:
@@ -40,7 +42,8 @@ struct ModelSpec {
 const std::vector<ModelSpec>& ModelPresets();
 
 // A preset name (case-insensitive) or a path to a YAML file with
-// layers, hidden, heads, kv_heads, ffn_hidden, vocab [, head_dim, gated_mlp, name].
+// layers, hidden, heads, kv_heads, ffn_hidden, vocab [, head_dim, gated_mlp, name,
+// rope_theta, norm_eps].
 Result<ModelSpec> LoadModel(const std::string& name_or_path);
 Result<ModelSpec> ParseModel(const std::string& text, const std::string& source_name);
 

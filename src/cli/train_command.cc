@@ -1,0 +1,216 @@
+// `hexiseq train`: real training steps of the Llama model with a plan (one MPI process per plan
+// rank; without mpirun, a one-rank world). Rank 0 prints one line per step on stdout (table or
+// JSON lines): loss, recall loss, gradient norm, seconds, tokens/s and the per-phase seconds of
+// the slowest rank; a summary with the peak RSS of every rank goes to stderr.
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/cli.h"
+#include "plan/plan.h"
+#include "runtime/mpi_comm.h"
+#include "spec/model.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace hexiseq::cli {
+namespace {
+
+constexpr double kBytesPerMiB = 1024.0 * 1024.0;
+
+struct TrainFlags {
+  std::string plan, model, data = "synthetic:recall", format = "table";
+  std::string optimizer = "adamw", recompute = "full";
+  std::string save, resume, init;
+  int64_t save_every = 0;
+  int64_t steps = 10, seq = 0;
+  int batch = 1, threads = 1;
+  uint64_t seed = 1;
+  train::OptimizerConfig opt;
+};
+
+// Per-phase seconds, maximum over ranks (the slowest participant bounds each phase).
+train::PhaseSeconds SlowestPhases(runtime::Comm& world, const train::PhaseSeconds& mine) {
+  constexpr int kFields = 5;
+  const double values[kFields] = {mine.linear, mine.attention_compute, mine.alltoall,
+                                  mine.ring_wait, mine.grad_sync};
+  std::vector<double> all(kFields * world.size());
+  world.Allgather(values, sizeof values, all.data());
+  double slowest[kFields] = {};
+  for (int rank = 0; rank < world.size(); ++rank) {
+    for (int field = 0; field < kFields; ++field) {
+      slowest[field] = std::max(slowest[field], all[rank * kFields + field]);
+    }
+  }
+  return {slowest[0], slowest[1], slowest[2], slowest[3], slowest[4]};
+}
+
+void PrintHeader() {
+  std::printf("%6s %10s %10s %10s %10s %9s %10s %9s %9s %9s %9s %9s\n", "step", "loss", "recall",
+              "grad_norm", "lr", "seconds", "tokens/s", "linear_s", "attn_s", "a2a_s", "wait_s",
+              "sync_s");
+}
+
+void PrintStep(const train::StepReport& r, const train::PhaseSeconds& p, bool json) {
+  if (json) {
+    std::printf("{\"step\": %" PRId64
+                ", \"loss\": %.17g, \"recall_loss\": %s, "
+                "\"grad_norm\": %.17g, \"lr\": %.17g, \"seconds\": %.6f, \"tokens_per_second\": "
+                "%.3f, \"linear_seconds\": %.6f, \"attention_compute_seconds\": %.6f, "
+                "\"alltoall_seconds\": %.6f, \"ring_wait_seconds\": %.6f, "
+                "\"grad_sync_seconds\": %.6f}\n",
+                r.step, r.loss,
+                std::isnan(r.recall_loss) ? "null" : std::to_string(r.recall_loss).c_str(),
+                r.grad_norm, r.lr, r.seconds, r.tokens_per_second, p.linear, p.attention_compute,
+                p.alltoall, p.ring_wait, p.grad_sync);
+  } else {
+    char recall[32] = "-";
+    if (!std::isnan(r.recall_loss)) std::snprintf(recall, sizeof recall, "%.4f", r.recall_loss);
+    std::printf("%6" PRId64
+                " %10.4f %10s %10.4f %10.3g %9.4f %10.0f %9.4f %9.4f %9.4f %9.4f "
+                "%9.4f\n",
+                r.step, r.loss, recall, r.grad_norm, r.lr, r.seconds, r.tokens_per_second, p.linear,
+                p.attention_compute, p.alltoall, p.ring_wait, p.grad_sync);
+  }
+  std::fflush(stdout);
+}
+
+void PrintSummary(runtime::Comm& world, const train::Trainer& trainer, double last_recall) {
+  const int64_t rss = train::PeakRssBytes();
+  std::vector<int64_t> all(world.size());
+  world.Allgather(&rss, sizeof rss, all.data());
+  if (world.rank() != 0) return;
+  std::string line;
+  for (int rank = 0; rank < world.size(); ++rank) {
+    char buffer[64];
+    std::snprintf(buffer, sizeof buffer, "%s%d: %.1f MiB", rank ? ", " : "", rank,
+                  all[rank] / kBytesPerMiB);
+    line += buffer;
+  }
+  std::fprintf(stderr, "train: peak RSS per rank: %s\n", line.c_str());
+  if (trainer.data().has_recall() && !std::isnan(last_recall)) {
+    std::fprintf(stderr, "train: final recall loss %.4f (chance %.4f)\n", last_recall,
+                 trainer.data().recall_chance_loss());
+  }
+}
+
+Result<train::TrainOptions> MakeOptions(const TrainFlags& flags) {
+  train::TrainOptions options;
+  options.data = flags.data;
+  options.seq_len = flags.seq;
+  options.batch = flags.batch;
+  options.seed = flags.seed;
+  options.optimizer = flags.opt;
+  options.optimizer.total_steps = flags.steps;
+  options.optimizer.kind =
+      flags.optimizer == "sgd" ? train::OptimizerKind::kSgd : train::OptimizerKind::kAdamW;
+  options.recompute =
+      flags.recompute == "none" ? train::RecomputePolicy::kNone : train::RecomputePolicy::kFull;
+  return options;
+}
+
+int Fail(runtime::Comm& world, const Error& error, bool agreed) {
+  // An error every rank agrees on is printed once; a rank's own failure by that rank.
+  if (!agreed || world.rank() == 0) return ReportError(error);
+  return error.code == ErrorCode::kInternal ? 3 : 1;
+}
+
+// --init weights, then --resume state (which replaces them).
+Result<void> StartFrom(train::Trainer& trainer, const TrainFlags& flags) {
+  if (!flags.init.empty()) {
+    if (auto loaded = train::LoadInitWeights(trainer, flags.init); !loaded) return loaded;
+  }
+  if (!flags.resume.empty()) return train::LoadCheckpoint(trainer, flags.resume);
+  return {};
+}
+
+int RunTrainCommand(const TrainFlags& flags) {
+  runtime::MpiSession session(nullptr, nullptr);
+  train::SetComputeThreads(flags.threads);
+  std::unique_ptr<runtime::Comm> world = runtime::MpiWorldComm();
+  auto plan = LoadPlan(flags.plan);
+  auto model = LoadModel(flags.model);
+  auto options = MakeOptions(flags);
+  // Agree on the inputs first so that no rank waits for one that failed to load them.
+  const int ok = plan.has_value() && model.has_value() ? 1 : 0;
+  std::vector<int> all(world->size());
+  world->Allgather(&ok, sizeof ok, all.data());
+  if (!ok) return Fail(*world, plan ? model.error() : plan.error(), false);
+  for (int flag : all) {
+    if (!flag)
+      return Fail(*world,
+                  {ErrorCode::kInvalidArgument,
+                   "train: inputs failed to load "
+                   "on another rank"},
+                  true);
+  }
+  auto trainer = train::Trainer::Create(*plan, *model, *options, *world);
+  if (!trainer) return Fail(*world, trainer.error(), true);
+  if (auto started = StartFrom(**trainer, flags); !started) {
+    return Fail(*world, started.error(), true);
+  }
+  const bool json = flags.format == "json";
+  if (world->rank() == 0 && !json) PrintHeader();
+  double last_recall = NAN;
+  while ((*trainer)->step() < flags.steps) {
+    auto report = (*trainer)->Step();
+    if (!report) return Fail(*world, report.error(), true);
+    const train::PhaseSeconds slowest = SlowestPhases(*world, report->phases);
+    if (world->rank() == 0) PrintStep(*report, slowest, json);
+    last_recall = report->recall_loss;
+    const int64_t done = (*trainer)->step();
+    const bool periodic = flags.save_every > 0 && done % flags.save_every == 0;
+    if (!flags.save.empty() && (periodic || done == flags.steps)) {
+      if (auto saved = train::SaveCheckpoint(**trainer, flags.save); !saved) {
+        return Fail(*world, saved.error(), true);
+      }
+    }
+  }
+  PrintSummary(*world, **trainer, last_recall);
+  return 0;
+}
+
+}  // namespace
+
+void AddTrainCommand(CLI::App& app, Actions& actions) {
+  static TrainFlags flags;
+  CLI::App* cmd = app.add_subcommand(
+      "train", "Train the Llama model with a plan (run under mpirun -np <plan num_ranks>)");
+  cmd->add_option("--plan", flags.plan, "Plan JSON file (hexiseq plan --format json)")->required();
+  cmd->add_option("--model", flags.model, "Model preset or YAML file")->required();
+  cmd->add_option("--data", flags.data, "Byte file, or synthetic:recall (default)");
+  cmd->add_option("--steps", flags.steps, "Optimizer steps (default 10)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--seq", flags.seq, "Sequence length S (default: the plan's)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--batch", flags.batch, "Sequences per step, by accumulation (default 1)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--seed", flags.seed, "Seed of weights and data (default 1)");
+  cmd->add_option("--optimizer", flags.optimizer, "adamw (default) or sgd")
+      ->check(CLI::IsMember({"adamw", "sgd"}));
+  cmd->add_option("--lr", flags.opt.lr, "Peak learning rate (default 1e-3)");
+  cmd->add_option("--min-lr", flags.opt.min_lr, "Learning rate at the end of the cosine (0)");
+  cmd->add_option("--warmup", flags.opt.warmup_steps, "Linear warmup steps (default 0)");
+  cmd->add_option("--beta1", flags.opt.beta1, "AdamW beta1 (default 0.9)");
+  cmd->add_option("--beta2", flags.opt.beta2, "AdamW beta2 (default 0.999)");
+  cmd->add_option("--adam-eps", flags.opt.eps, "AdamW epsilon (default 1e-8)");
+  cmd->add_option("--weight-decay", flags.opt.weight_decay, "Weight decay (default 0)");
+  cmd->add_option("--grad-clip", flags.opt.grad_clip,
+                  "Clip the global gradient norm to this (default 1; <= 0: off)");
+  cmd->add_option("--recompute", flags.recompute, "full (default) or none")
+      ->check(CLI::IsMember({"full", "none"}));
+  cmd->add_option("--threads", flags.threads, "libtorch and OpenBLAS threads per rank (1)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--save", flags.save,
+                  "Checkpoint directory: weights (safetensors, HF names), optimizer state, step");
+  cmd->add_option("--save-every", flags.save_every, "Also save every K steps (default: at the end)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--resume", flags.resume, "Resume from the latest checkpoint in this directory");
+  cmd->add_option("--init", flags.init, "Initial weights: a safetensors file with HF names");
+  cmd->add_option("--format", flags.format, "table|json")->check(CLI::IsMember({"table", "json"}));
+  actions[cmd] = [] { return RunTrainCommand(flags); };
+}
+
+}  // namespace hexiseq::cli

@@ -1,0 +1,122 @@
+// Distributed training of the Llama model with any plan: every rank holds its plan's token shard
+// (any number of ranges, possibly none), runs embedding, norms, projections, MLP and loss on it,
+// and the distributed attention across ranks. One step: B sequences (gradient accumulation), the
+// loss is the mean cross-entropy over all B * S predictions (position p predicts token p + 1),
+// summed over ranks with an all-reduce; weight gradients are all-reduced over all ranks in
+// buckets after the backward passes (Comm has only blocking collectives, so they do not overlap
+// the backward), clipped by the global norm, and the optimizer updates the replicated weights.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "plan/plan.h"
+#include "runtime/comm.h"
+#include "spec/error.h"
+#include "spec/model.h"
+#include "train/attention_function.h"
+#include "train/data.h"
+#include "train/llama.h"
+#include "train/optimizer.h"
+
+namespace hexiseq::train {
+
+struct TrainOptions {
+  std::string data = "synthetic:recall";  // a byte file or synthetic:recall
+  int64_t seq_len = 0;                    // S; 0 takes the plan's
+  int batch = 1;                          // sequences per step
+  uint64_t seed = 1;                      // weights and data
+  OptimizerConfig optimizer;
+  RecomputePolicy recompute = RecomputePolicy::kFull;
+  at::ScalarType dtype = at::kFloat;
+  int64_t bucket_bytes = int64_t{4} << 20;  // gradient all-reduce bucket size
+};
+
+// Seconds this rank spent per phase in one step.
+struct PhaseSeconds {
+  double linear = 0;             // everything but attention and gradient sync (GEMMs, norms, loss)
+  double attention_compute = 0;  // attention kernels
+  double alltoall = 0;           // attention all-to-alls (with packing)
+  double ring_wait = 0;          // waiting for sub-ring and dK/dV messages
+  double grad_sync = 0;          // gradient all-reduce
+};
+
+struct StepReport {
+  int64_t step = 0;        // 0-based index of the step just taken
+  double loss = 0;         // mean CE over all predictions of the step (all ranks)
+  double recall_loss = 0;  // mean CE over recall answers; NaN without recall data
+  double grad_norm = 0;    // global L2 norm before clipping
+  double lr = 0;           // learning rate used
+  double seconds = 0;      // wall time of the step on this rank
+  double tokens_per_second = 0;
+  PhaseSeconds phases;
+};
+
+// Loss of a batch with gradients accumulated and all-reduced in every parameter's .grad().
+struct LossReport {
+  double loss = 0;
+  double recall_loss = 0;  // NaN when no recall targets
+  PhaseSeconds phases;
+  double seconds = 0;
+};
+
+class Trainer {
+ public:
+  // Collective over `world`. Checks that every rank loaded the same plan with as many ranks as
+  // processes, that the plan's heads, KV heads and sequence length match the model and --seq,
+  // opens the data, initialises the weights from the seed and creates one distributed attention
+  // per layer. Every rank returns the same error when one fails. `world` must outlive it.
+  static Result<std::unique_ptr<Trainer>> Create(const Plan& plan, const ModelSpec& model,
+                                                 const TrainOptions& options, runtime::Comm& world);
+
+  // Collective: one optimizer step on the next `batch` sequences. A non-finite loss returns an
+  // error naming the step and leaves weights and optimizer state untouched.
+  Result<StepReport> Step();
+
+  // Collective: loss and all-reduced gradients (in .grad()) of `sequences`, no update.
+  Result<LossReport> ComputeGradients(std::span<const Sequence> sequences);
+
+  int64_t step() const { return step_; }
+  void set_step(int64_t step) { step_ = step; }
+  LlamaWeights& weights() { return weights_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  const DataSource& data() const { return *data_; }
+  const ModelSpec& model() const { return model_; }
+  const TrainOptions& options() const { return options_; }
+  int64_t local_tokens() const { return static_cast<int64_t>(positions_.size()); }
+  runtime::Comm& world() { return world_; }
+  uint64_t plan_hash() const { return plan_hash_; }
+
+ private:
+  Trainer(const ModelSpec& model, const TrainOptions& options, runtime::Comm& world);
+  ShardBatch MakeShard(const Sequence& sequence) const;
+  void ResetGradients();
+  double AllreduceGradients();
+  PhaseSeconds AttentionPhases() const;
+
+  ModelSpec model_;
+  TrainOptions options_;
+  runtime::Comm& world_;
+  std::vector<int64_t> positions_;  // this rank's global positions, plan order
+  std::unique_ptr<DataSource> data_;
+  LlamaWeights weights_;
+  std::vector<at::Tensor> params_;  // NamedParameters order
+  std::vector<AttentionLayer> attention_;
+  std::unique_ptr<LlamaShardModel> shard_model_;
+  std::unique_ptr<Optimizer> optimizer_;
+  int64_t step_ = 0;
+  uint64_t plan_hash_ = 0;
+};
+
+// Intra-op threads of libtorch and OpenBLAS threads for this process (default 1 per rank).
+void SetComputeThreads(int threads);
+
+// Peak resident set size of this process in bytes (getrusage).
+int64_t PeakRssBytes();
+
+}  // namespace hexiseq::train

@@ -20,5 +20,6 @@ int ReportError(const Error& error);
 void AddPlanningCommands(CLI::App& app, Actions& actions);  // plan, compare, validate, explain
 void AddSimulateCommand(CLI::App& app, Actions& actions);   // simulate
 void AddRuntimeCommands(CLI::App& app, Actions& actions);   // attn-check
+void AddReportCommand(CLI::App& app, Actions& actions);     // report
 
 }  // namespace hexiseq::cli

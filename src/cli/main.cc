@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   AddPlanningCommands(app, actions);
   AddSimulateCommand(app, actions);
   AddRuntimeCommands(app, actions);
+  AddReportCommand(app, actions);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

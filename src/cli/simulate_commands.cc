@@ -126,8 +126,8 @@ int RunBench(const BenchFlags& f) {
                            report::GroupSvg(outcomes, g, tables->front().name));
         !w)
       return ReportError(w.error());
-  if (auto w = WriteText(f.report, report::EvaluationMarkdown(outcomes, *tables, f.command, header,
-                                                            rel));
+  if (auto w = WriteText(f.report,
+                         report::EvaluationMarkdown(outcomes, *tables, f.command, header, rel));
       !w)
     return ReportError(w.error());
   std::printf("wrote %s and %zu charts in %s\n", f.report.c_str(), groups.size(),

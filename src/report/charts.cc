@@ -18,7 +18,8 @@ std::string FormatValue(ValueFormat format, double value) {
 }
 
 std::string FormatTick(ValueFormat format, double value) {
-  return format == ValueFormat::kPercent ? Fmt("%.0f%%", 100 * value) : Tps(value);
+  if (format == ValueFormat::kPercent) return Fmt("%.0f%%", 100 * value);
+  return value > 0 ? Tps(value) : "0";
 }
 
 double GroupWidth(const BarChart& chart) {

@@ -277,11 +277,10 @@ namespace {
 // Every bundled example cluster gives a complete page: every rank's cells in the plan map (one
 // colour per rank with heads), a timeline, every strategy in the table.
 TEST(Report, EveryExampleCluster) {
-  const char* source = std::getenv("HEXISEQ_SOURCE_DIR");
-  ASSERT_NE(source, nullptr) << "HEXISEQ_SOURCE_DIR is set by CTest";
+  const std::string source = HEXISEQ_SOURCE_PATH;
   std::vector<std::string> files;
   for (const auto& entry :
-       std::filesystem::directory_iterator(std::string(source) + "/examples/clusters"))
+       std::filesystem::directory_iterator(source + "/examples/clusters"))
     if (entry.path().extension() == ".yaml") files.push_back(entry.path().string());
   ASSERT_GE(files.size(), 4u);
   auto model = LoadModel("llama3-8b");

@@ -13,7 +13,7 @@ namespace hexiseq::report {
 namespace {
 
 constexpr int kCellHues = 7;  // Okabe-Ito without black (black is for outlines and text)
-constexpr double kShades[] = {0.0, 0.45, -0.35};  // lightness steps between neighbouring groups
+constexpr double kShades[] = {0.0, 0.45, -0.35};  // lightness steps every seven hues
 constexpr double kShadeNudge = 0.07;              // step that makes a colliding colour unique
 constexpr int kMaxNudges = 12;
 
@@ -61,12 +61,14 @@ DisplayUnits UnitsOf(const Plan& plan, const Cluster& cluster) {
     units.unit_of_rank[rank] = rank;
     units.labels[rank] = "rank " + std::to_string(rank);
   }
-  for (size_t group = 0; group < plan.groups.size(); ++group) {
-    const std::vector<PlanMember>& members = plan.groups[group].members;
-    for (size_t member = 0; member < members.size(); ++member)
-      units.colors[members[member].rank] =
-          UniqueColor(HueOf(static_cast<int>(member), static_cast<int>(group)), used);
-  }
+  // Hues follow the plan's member order (group by group), so members of a group and neighbouring
+  // groups differ in hue; every seven members the lightness steps.
+  int position = 0;
+  for (const PlanGroup& group : plan.groups)
+    for (const PlanMember& member : group.members) {
+      units.colors[member.rank] = UniqueColor(HueOf(position, position / kCellHues), used);
+      ++position;
+    }
   return units;
 }
 
@@ -81,7 +83,7 @@ constexpr double kClusterWidth = 1100;
 std::string KindColor(int kind) { return kOkabeIto[kind % kCellHues]; }
 
 double NodeBoxWidth(const NodeKind& kind) {
-  constexpr double kMinWidth = 150;  // room for the node's label
+  constexpr double kMinWidth = 200;  // room for the node's label
   const int per_row = std::min(kind.gpus_per_node, 16);
   return std::max(kMinWidth, 2 * kNodePad + per_row * (kGpuSize + kGpuGap));
 }

@@ -1,9 +1,10 @@
 // The report's figures, each a standalone SVG: cluster map, plan map, per-rank load and memory,
-// timeline, strategies. Colours: Okabe-Ito hues (svg.h); in the plan map, members of one group
-// get different hues and neighbouring groups different lightness, so every rank has its own
-// colour. Readability at scale: with more than kMaxRanksShownSingly ranks, figures show one entry
-// per node (plan-map cells coloured by node, load and memory bars of each node's busiest rank,
-// timeline rows of selected ranks), so size grows with nodes, not ranks.
+// timeline, strategies. Colours: Okabe-Ito hues (svg.h); in the plan map, ranks take the hues in
+// the plan's member order, the lightness stepping every seven ranks, so members of a group and
+// neighbouring groups differ in hue and every rank has a colour of its own. Readability at scale:
+// with more than kMaxRanksShownSingly ranks, figures show one entry per node (plan-map cells
+// coloured by node, load and memory bars of each node's busiest rank, timeline rows of selected
+// ranks), so size grows with nodes, not ranks.
 #pragma once
 
 #include <string>

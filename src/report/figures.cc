@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <set>
 
 #include "report/charts.h"
@@ -24,8 +26,10 @@ std::string UniqueColor(const std::string& candidate, std::set<std::string>& use
     std::string color = Lighten(candidate, amount);
     if (used.insert(color).second) return color;
   }
-  for (int value = static_cast<int>(used.size());; ++value) {  // last resort: any unused grey
-    std::string color = Fmt("#%06X", static_cast<double>((value * 2654435761u) & 0xFFFFFF));
+  // Last resort (thousands of units): any unused colour, spread by a multiplicative hash.
+  for (uint32_t value = static_cast<uint32_t>(used.size());; ++value) {
+    char color[8];
+    std::snprintf(color, sizeof color, "#%06X", (value * 2654435761u) & 0xFFFFFFu);
     if (used.insert(color).second) return color;
   }
 }
@@ -229,16 +233,15 @@ void DrawPlanAxes(const Plan& plan, const PlanMapScale& scale, Svg& svg) {
       "transform=\"rotate(-90 14 " + Fmt("%.1f", kPlanMapTop + (bottom - kPlanMapTop) / 2) + ")\"");
 }
 
-std::string CellTitle(const Plan& plan, const Cluster& cluster, const DisplayUnits& units,
-                      int group, int ring_position, const Range& range, int first_rank,
-                      int head_begin, int head_end) {
+std::string CellTitle(const Cluster& cluster, const DisplayUnits& units, int group,
+                      int ring_position, const Range& range, int first_rank, int head_begin,
+                      int head_end) {
   const int unit = units.unit_of_rank[first_rank];
   std::string who = units.by_node ? units.labels[unit] + " (ranks " +
                                         std::to_string(units.ranks[unit].front()) + "-" +
                                         std::to_string(units.ranks[unit].back()) + ")"
                                   : units.labels[unit];
   who += " " + cluster.device(first_rank).name;
-  (void)plan;
   return who + ", group " + std::to_string(group) + " (ring position " +
          std::to_string(ring_position) + "): tokens [" + std::to_string(range.begin) + ", " +
          std::to_string(range.end) + ") = " + FormatTokens(range.end - range.begin) + ", heads " +
@@ -262,7 +265,7 @@ void DrawGroupCells(const Plan& plan, const Cluster& cluster, const DisplayUnits
       if (rank >= 0)
         svg.Rect(scale.X(range.begin), scale.Y(head), scale.X(range.end) - scale.X(range.begin),
                  (end - head) * scale.row, units.colors[units.unit_of_rank[rank]],
-                 CellTitle(plan, cluster, units, group, ring_position, range, rank, head, end),
+                 CellTitle(cluster, units, group, ring_position, range, rank, head, end),
                  "class=\"cell\"");
       head = end;
     }

@@ -154,10 +154,6 @@ void Svg::Raw(std::string_view markup) { body_ += markup; }
 
 std::string Svg::Finish() const { return open_ + body_ + "</svg>\n"; }
 
-std::string Svg::FinishStandalone() const {
-  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + Finish();
-}
-
 double NiceStep(double max_value, int count) {
   if (max_value <= 0 || count < 1) return 1;
   const double raw = max_value / count;

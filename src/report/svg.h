@@ -54,8 +54,6 @@ class Svg {
 
   // The whole <svg> element, without an XML prolog (fits inline in HTML and stands alone).
   std::string Finish() const;
-  // Prepends `<?xml ...?>` for a file of its own.
-  std::string FinishStandalone() const;
 
   double width() const { return width_; }
   double height() const { return height_; }

@@ -14,6 +14,7 @@
 #include "report/figures.h"
 #include "report/report_test_util.h"
 #include "report/svg.h"
+#include "sched/baselines.h"
 
 namespace hexiseq::report {
 namespace {
@@ -206,6 +207,30 @@ TEST(Report, InfeasibleWorkloadExplainsAndDrawsNoPlan) {
   EXPECT_TRUE(FigureSvg(*data, Figure::kStrategies).has_value());
 }
 
+TEST(Report, GivenPlanThatDoesNotFitIsDrawnAndFlagged) {
+  const Cluster cluster = reporttest::TwoByTwo();
+  auto model = LoadModel("llama3-70b");
+  ASSERT_TRUE(model.has_value());
+  const auto cost = reporttest::Model(cluster, *model, 1 << 20);
+  const StrategyResult ring = RingBaseline(*cost);
+  ASSERT_TRUE(ring.applicable);
+  ASSERT_FALSE(ring.cost.feasible) << "4 GPUs cannot hold llama3-70b at 1M tokens";
+  auto data = BuildReport(*cost, ring.plan, {.simulate = SimulatePolicy::kNever});
+  ASSERT_TRUE(data.has_value()) << data.error().message;
+  const std::string html = ReportHtml(*data);
+  EXPECT_NE(html.find("This plan does not fit memory."), std::string::npos);
+  size_t ranges = 0;  // one-rank groups holding all heads: one cell per token range
+  for (const PlanGroup& group : ring.plan.groups) ranges += group.tokens.size();
+  EXPECT_EQ(Count(html, "class=\"cell\""), static_cast<int>(ranges));
+  EXPECT_GE(ranges, 7u) << "zigzag: head and tail chunks (the middle two may merge)";
+  // Every rank is over its usable capacity: its capacity line is drawn in vermillion.
+  EXPECT_EQ(Count(html, std::string("stroke=\"") + kOkabeIto[5] +
+                            "\" stroke-width=\"2.5\" "
+                            "class=\"capacity\""),
+            4);
+  EXPECT_NE(html.find("No timeline: not simulated (--simulate never)"), std::string::npos);
+}
+
 TEST(Report, OneGpuHasOneCellColour) {
   const Cluster cluster = reporttest::OneGpu();
   const auto cost = reporttest::Model(cluster, reporttest::Tiny(), 4096);
@@ -265,6 +290,8 @@ TEST(Report, LargeClusterIsBoundedAndFast) {
   EXPECT_EQ(Count(html, "class=\"gpu\""), 2 * 3 * 8) << "3 nodes drawn per kind, then +N more";
   EXPECT_NE(html.find("+ 61 more H100-SXM nodes"), std::string::npos);
   EXPECT_NE(html.find("No timeline: not simulated: 1024 ranks"), std::string::npos);
+  // One table row per node (and the compare table), not per rank.
+  EXPECT_EQ(Count(html, "<tr>"), 1 + 128 + 1 + static_cast<int>(data->strategies.size()));
   std::printf("1024 ranks, 1M tokens: %.2f s, %zu bytes\n", seconds, html.size());
 }
 
@@ -279,8 +306,7 @@ namespace {
 TEST(Report, EveryExampleCluster) {
   const std::string source = HEXISEQ_SOURCE_PATH;
   std::vector<std::string> files;
-  for (const auto& entry :
-       std::filesystem::directory_iterator(source + "/examples/clusters"))
+  for (const auto& entry : std::filesystem::directory_iterator(source + "/examples/clusters"))
     if (entry.path().extension() == ".yaml") files.push_back(entry.path().string());
   ASSERT_GE(files.size(), 4u);
   auto model = LoadModel("llama3-8b");

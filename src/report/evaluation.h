@@ -3,8 +3,8 @@
 // every baseline (ring, ulysses, usp, hetero-ring, subset) and the HexiSeq scheduler's plan are
 // planned with the cost model and executed by the simulator; throughput is the simulated one.
 // Renders docs/evaluation.md (tables, per-group averages and maxima, the regenerate command) and
-// one SVG chart per scenario group. Ignores run-to-run noise: everything is deterministic except
-// the reported planning times.
+// one SVG chart per scenario group (drawn by report/charts.h, like the report page's charts).
+// Ignores run-to-run noise: everything is deterministic except the reported planning times.
 #pragma once
 
 #include <cstdint>

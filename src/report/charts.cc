@@ -53,8 +53,11 @@ void DrawBars(const BarChart& chart, Svg& svg) {
       if (category < chart.hover.size() && series < chart.hover[category].size() &&
           !chart.hover[category][series].empty())
         title = chart.hover[category][series];
+      const bool singled_out =
+          category < chart.category_colors.size() && !chart.category_colors[category].empty();
       svg.Rect(x0 + series * chart.bar_width, top, chart.bar_width - 1, bottom - top,
-               chart.series[series].color, title, "class=\"bar\"");
+               singled_out ? chart.category_colors[category] : chart.series[series].color, title,
+               "class=\"bar\"");
     }
     const double label_x = x0 + chart.series.size() * chart.bar_width / 2;
     if (chart.rotate_labels) {

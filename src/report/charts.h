@@ -25,6 +25,8 @@ struct BarChart {
   std::vector<BarSeries> series;                // one bar per series inside each group
   std::vector<std::vector<double>> values;      // [category][series]; NaN: no bar
   std::vector<std::vector<std::string>> hover;  // same shape, optional; "" = value only
+  std::vector<std::string> category_colors;     // optional, per category: overrides the series
+                                                // colour (to single out one category)
   ValueFormat format = ValueFormat::kPercent;
   double y_max = 1;             // top of the value axis (values above are clipped)
   double tick_step = 0;         // 0: a round step giving about five ticks

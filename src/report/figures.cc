@@ -511,7 +511,9 @@ std::string LoadSvg(const Plan& plan, const PlanCost& cost, const Cluster& clust
 
 std::string StrategiesSvg(const ReportData& data) {
   BarChart chart;
-  chart.title = "Predicted tokens/s of every strategy (cost model); dashed: the ideal";
+  chart.title =
+      "Predicted tokens/s of every strategy (cost model); orange: the plan shown; "
+      "dashed: the ideal";
   chart.css_class = "strategies";
   chart.series = {{"tokens/s", kOkabeIto[4]}};
   chart.format = ValueFormat::kTokensPerSecond;
@@ -525,6 +527,9 @@ std::string StrategiesSvg(const ReportData& data) {
     chart.categories.push_back(row.strategy);
     const bool drawn = row.feasible && row.tokens_per_second > 0;
     chart.values.push_back({drawn ? row.tokens_per_second : NAN});
+    const bool shown =
+        data.plan && data.plan->strategy == row.strategy && data.plan->config == row.config;
+    chart.category_colors.push_back(shown ? kOkabeIto[0] : "");
     top = std::max(top, row.tokens_per_second);
     const double ideal_fraction =
         data.ideal_tokens_per_second > 0 ? row.tokens_per_second / data.ideal_tokens_per_second : 0;

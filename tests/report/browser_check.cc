@@ -109,8 +109,7 @@ class Browser : public ::testing::Test {
     dir_ = fs::temp_directory_path() / ("hexiseq_browser_" + std::to_string(getpid()));
     fs::create_directories(dir_);
     const std::string source = HEXISEQ_SOURCE_PATH;
-    auto cluster =
-        LoadCluster(source + "/examples/clusters/h100-a100-16.yaml", DeviceCatalog());
+    auto cluster = LoadCluster(source + "/examples/clusters/h100-a100-16.yaml", DeviceCatalog());
     ASSERT_TRUE(cluster.has_value()) << cluster.error().message;
     auto model = LoadModel("llama3-8b");
     ASSERT_TRUE(model.has_value());

@@ -64,6 +64,17 @@ TEST(BarChart, BarsSitOnTheAxisAtTheirValue) {
   EXPECT_NE(svg.find("b s2: 200.0%"), std::string::npos);
 }
 
+TEST(BarChart, CategoryColourOverridesTheSeries) {
+  BarChart chart;
+  chart.categories = {"a", "b", "c"};
+  chart.series = {{"s", "#111111"}};
+  chart.values = {{0.2}, {0.4}, {0.6}};
+  chart.category_colors = {"", "#ABCDEF"};
+  const std::string svg = BarChartSvg(chart);
+  EXPECT_EQ(Fills(svg, "class=\"bar\""), (std::set<std::string>{"#111111", "#ABCDEF"}));
+  EXPECT_EQ(Count(svg, "fill=\"#ABCDEF\""), 1);
+}
+
 TEST(BarChart, ReferenceLineAtItsValue) {
   BarChart chart;
   chart.categories = {"x"};
@@ -328,6 +339,7 @@ TEST(Report, EveryExampleCluster) {
     EXPECT_EQ(Fills(html, "class=\"cell\"").size(), ranks_with_heads);
     EXPECT_EQ(Count(html, "class=\"gpu\""), cluster->num_ranks());
     EXPECT_GT(Count(html, "class=\"op\""), 0);
+    EXPECT_EQ(Fills(html, "class=\"bar\"").count(kOkabeIto[0]), 1u) << "the plan shown stands out";
     constexpr int kHeaderRows = 3;  // rank table, simulated terms, compare table
     EXPECT_EQ(Count(html, "<tr>"),
               kHeaderRows + cluster->num_ranks() +

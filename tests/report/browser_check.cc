@@ -131,12 +131,12 @@ class Browser : public ::testing::Test {
   int Chromium(const std::string& flags, const std::string& stdout_path,
                const std::string& stderr_path) {
     const std::string profile = dir_ + "/profile";
-    const std::string cmd = "timeout 120 " + chromium_ +
-                            " --headless=new --no-sandbox --disable-gpu "
-                            "--disable-background-networking --disable-component-update "
-                            "--disable-sync --no-first-run --user-data-dir=" +
-                            profile + " " + flags + " file://" + page_ + " >" + stdout_path +
-                            " 2>" + stderr_path;
+    const std::string cmd =
+        "timeout 120 " + chromium_ +
+        " --headless=new --no-sandbox --disable-gpu "
+        "--disable-background-networking --disable-component-update "
+        "--disable-sync --no-first-run --disable-dev-shm-usage --user-data-dir=" +
+        profile + " " + flags + " file://" + page_ + " >" + stdout_path + " 2>" + stderr_path;
     const int status = std::system(cmd.c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }

@@ -29,7 +29,10 @@ std::string ReadAll(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+// $HEXISEQ_CHROMIUM when set (another build of Chromium or Chrome), else Debian's chromium.
 std::string FindChromium() {
+  if (const char* chosen = std::getenv("HEXISEQ_CHROMIUM"))
+    return access(chosen, X_OK) == 0 ? chosen : "";
   for (const char* path : {"/usr/bin/chromium", "/usr/bin/chromium-browser"})
     if (access(path, X_OK) == 0) return path;
   return "";
@@ -104,8 +107,8 @@ class Browser : public ::testing::Test {
   void SetUp() override {
     chromium_ = FindChromium();
     if (chromium_.empty())
-      GTEST_SKIP() << "chromium is not installed, so the report was NOT checked in a browser "
-                      "(install it with scripts/setup, or apt-get install chromium)";
+      GTEST_SKIP() << "chromium is not installed (or $HEXISEQ_CHROMIUM is not executable), so "
+                      "the report was NOT checked in a browser (install it with scripts/setup)";
     dir_ = fs::temp_directory_path() / ("hexiseq_browser_" + std::to_string(getpid()));
     fs::create_directories(dir_);
     const std::string source = HEXISEQ_SOURCE_PATH;

@@ -34,7 +34,8 @@ td.name, th.name { text-align: left; }
 .scroll { max-height: 420px; overflow: auto; }
 @media print {
   @page { size: A4; margin: 12mm; }
-  body { max-width: none; padding: 0; font-size: 11px; }
+  body { max-width: none; padding: 0; font-size: 11px; -webkit-print-color-adjust: exact;
+         print-color-adjust: exact; }
   .scroll { max-height: none; overflow: visible; }
   section { break-inside: avoid-page; }
   h2 { break-after: avoid; }

@@ -339,6 +339,7 @@ TEST(Report, EveryExampleCluster) {
     EXPECT_EQ(Fills(html, "class=\"cell\"").size(), ranks_with_heads);
     EXPECT_EQ(Count(html, "class=\"gpu\""), cluster->num_ranks());
     EXPECT_GT(Count(html, "class=\"op\""), 0);
+    EXPECT_EQ(Count(html, "link override: "), static_cast<int>(cluster->links.size()));
     EXPECT_EQ(Fills(html, "class=\"bar\"").count(kOkabeIto[0]), 1u) << "the plan shown stands out";
     constexpr int kHeaderRows = 3;  // rank table, simulated terms, compare table
     EXPECT_EQ(Count(html, "<tr>"),

@@ -21,5 +21,6 @@ void AddPlanningCommands(CLI::App& app, Actions& actions);  // plan, compare, va
 void AddSimulateCommand(CLI::App& app, Actions& actions);   // simulate
 void AddRuntimeCommands(CLI::App& app, Actions& actions);   // attn-check
 void AddTrainCommand(CLI::App& app, Actions& actions);      // train
+void AddReportCommand(CLI::App& app, Actions& actions);     // report
 
 }  // namespace hexiseq::cli

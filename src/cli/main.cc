@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   AddSimulateCommand(app, actions);
   AddRuntimeCommands(app, actions);
   AddTrainCommand(app, actions);
+  AddReportCommand(app, actions);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -11,7 +11,7 @@
 
 #include "cli/cli.h"
 #include "cli/inputs.h"
-#include "sim/evaluation.h"
+#include "report/evaluation.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
 
@@ -84,21 +84,21 @@ Result<void> WriteText(const std::string& path, const std::string& text) {
 }
 
 int RunBench(const BenchFlags& f) {
-  auto scenarios = sim::LoadScenarios(f.scenarios);
+  auto scenarios = report::LoadScenarios(f.scenarios);
   if (!scenarios) return ReportError(scenarios.error());
   if (!f.only.empty()) {
-    std::erase_if(*scenarios, [&](const sim::EvalScenario& s) {
+    std::erase_if(*scenarios, [&](const report::EvalScenario& s) {
       return s.name.find(f.only) == std::string::npos;
     });
   }
-  auto tables = sim::LoadTables(f.tables);
+  auto tables = report::LoadTables(f.tables);
   if (!tables) return ReportError(tables.error());
-  sim::EvalOptions options;
+  report::EvalOptions options;
   options.jobs = f.jobs > 0 ? f.jobs
                             : std::max(1u, std::min(2u, std::thread::hardware_concurrency()));
   options.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   const auto start = std::chrono::steady_clock::now();
-  const auto outcomes = sim::RunEvaluation(*scenarios, *tables, options);
+  const auto outcomes = report::RunEvaluation(*scenarios, *tables, options);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   char header[512];
@@ -121,11 +121,11 @@ int RunBench(const BenchFlags& f) {
   for (const auto& o : outcomes) groups.insert(o.scenario.group);
   for (const std::string& g : groups)
     if (auto w = WriteText(f.charts + "/group-" + g + ".svg",
-                           sim::GroupSvg(outcomes, g, tables->front().name));
+                           report::GroupSvg(outcomes, g, tables->front().name));
         !w)
       return ReportError(w.error());
-  if (auto w = WriteText(f.report, sim::EvaluationMarkdown(outcomes, *tables, f.command, header,
-                                                            rel));
+  if (auto w = WriteText(f.report,
+                         report::EvaluationMarkdown(outcomes, *tables, f.command, header, rel));
       !w)
     return ReportError(w.error());
   std::printf("wrote %s and %zu charts in %s\n", f.report.c_str(), groups.size(),

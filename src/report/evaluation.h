@@ -3,8 +3,8 @@
 // every baseline (ring, ulysses, usp, hetero-ring, subset) and the HexiSeq scheduler's plan are
 // planned with the cost model and executed by the simulator; throughput is the simulated one.
 // Renders docs/evaluation.md (tables, per-group averages and maxima, the regenerate command) and
-// one SVG chart per scenario group. Ignores run-to-run noise: everything is deterministic except
-// the reported planning times.
+// one SVG chart per scenario group (drawn by report/charts.h, like the report page's charts).
+// Ignores run-to-run noise: everything is deterministic except the reported planning times.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +14,7 @@
 
 #include "spec/error.h"
 
-namespace hexiseq::sim {
+namespace hexiseq::report {
 
 // One scenario file expands into one scenario per sequence length.
 //   group: a | b | c          name: ...            cluster: FILE (relative to the scenario file)
@@ -46,11 +46,11 @@ Result<std::vector<EvalTable>> LoadTables(const std::string& dir);
 struct StrategyOutcome {
   std::string strategy, config;
   bool applicable = false, feasible = false;
-  std::string reason;            // not applicable / infeasible
-  double model_tps = 0;          // cost model tokens/s
-  double sim_tps = 0;            // simulated tokens/s
-  double plan_seconds = 0;       // wall-clock planning time
-  std::string sim_bottleneck;    // largest simulated term
+  std::string reason;          // not applicable / infeasible
+  double model_tps = 0;        // cost model tokens/s
+  double sim_tps = 0;          // simulated tokens/s
+  double plan_seconds = 0;     // wall-clock planning time
+  std::string sim_bottleneck;  // largest simulated term
 };
 
 struct ScenarioOutcome {
@@ -67,7 +67,7 @@ struct ScenarioOutcome {
 };
 
 struct EvalOptions {
-  int jobs = 2;  // scenarios simulated concurrently
+  int jobs = 2;                                      // scenarios simulated concurrently
   std::function<void(const std::string&)> progress;  // one line per finished scenario
 };
 
@@ -84,4 +84,4 @@ std::string EvaluationMarkdown(const std::vector<ScenarioOutcome>& outcomes,
 std::string GroupSvg(const std::vector<ScenarioOutcome>& outcomes, const std::string& group,
                      const std::string& table);
 
-}  // namespace hexiseq::sim
+}  // namespace hexiseq::report

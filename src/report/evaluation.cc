@@ -1,4 +1,4 @@
-#include "sim/evaluation.h"
+#include "report/evaluation.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -16,16 +16,20 @@
 #include <thread>
 
 #include "cost/cost_model.h"
+#include "report/charts.h"
+#include "report/svg.h"
 #include "sched/baselines.h"
 #include "sched/scheduler.h"
 #include "sim/simulator.h"
 #include "spec/cluster.h"
 #include "spec/units.h"
 
-namespace hexiseq::sim {
+namespace hexiseq::report {
 namespace {
 
 namespace fs = std::filesystem;
+using sim::SimTerm;
+using sim::Simulate;
 
 std::vector<std::string> YamlFiles(const std::string& dir) {
   std::vector<std::string> files;
@@ -34,19 +38,6 @@ std::vector<std::string> YamlFiles(const std::string& dir) {
       files.push_back(entry.path().string());
   std::sort(files.begin(), files.end());
   return files;
-}
-
-std::string Fmt(const char* format, double value) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, format, value);
-  return buf;
-}
-
-std::string Tps(double tps) {
-  if (tps <= 0) return "-";
-  if (tps >= 1e6) return Fmt("%.2fM", tps / 1e6);
-  if (tps >= 1e3) return Fmt("%.1fK", tps / 1e3);
-  return Fmt("%.0f", tps);
 }
 
 const std::vector<std::string>& StrategyOrder() {
@@ -204,7 +195,8 @@ Result<std::vector<EvalScenario>> LoadScenarios(const std::string& dir) {
     };
     for (const char* key : {"group", "cluster", "model", "seq"})
       if (!root[key])
-        return InvalidArgument(file + ": " + key + " is missing (rule: a scenario has group, "
+        return InvalidArgument(file + ": " + key +
+                               " is missing (rule: a scenario has group, "
                                "cluster, model and seq)");
     std::vector<std::string> seqs;
     if (root["seq"].IsSequence())
@@ -242,7 +234,8 @@ Result<std::vector<EvalScenario>> LoadScenarios(const std::string& dir) {
 
 Result<std::vector<EvalTable>> LoadTables(const std::string& dir) {
   std::vector<EvalTable> out;
-  out.push_back({"default", "", "the built-in device catalog (src/spec/device.cc, docs/devices.md)"});
+  out.push_back(
+      {"default", "", "the built-in device catalog (src/spec/device.cc, docs/devices.md)"});
   if (dir.empty()) return out;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return IoError(dir + ": not a directory");
@@ -280,8 +273,8 @@ std::vector<ScenarioOutcome> RunEvaluation(const std::vector<EvalScenario>& scen
         std::lock_guard<std::mutex> lock(progress_mutex);
         ++done;
         char buf[256];
-        std::snprintf(buf, sizeof buf, "[%zu/%zu] %s %s: hexiseq %.3fx best published", done,
-                      total, table.name.c_str(), sc.name.c_str(), out[task].speedup_published);
+        std::snprintf(buf, sizeof buf, "[%zu/%zu] %s %s: hexiseq %.3fx best published", done, total,
+                      table.name.c_str(), sc.name.c_str(), out[task].speedup_published);
         options.progress(buf);
       }
     }
@@ -293,17 +286,24 @@ std::vector<ScenarioOutcome> RunEvaluation(const std::vector<EvalScenario>& scen
   return out;
 }
 
-std::string EvaluationMarkdown(const std::vector<ScenarioOutcome>& outcomes,
-                               const std::vector<EvalTable>& tables, const std::string& command,
-                               const std::string& header, const std::string& svg_prefix) {
-  std::ostringstream md;
-  std::set<std::string> groups;
-  for (const ScenarioOutcome& o : outcomes) groups.insert(o.scenario.group);
-  const std::string default_table = tables.empty() ? "default" : tables.front().name;
+namespace {
 
+// What every section of the report reads.
+struct MarkdownInputs {
+  const std::vector<ScenarioOutcome>& outcomes;
+  const std::vector<EvalTable>& tables;
+  std::set<std::string> groups;
+  std::string default_table;
+  std::string command, header, svg_prefix;
+};
+
+// What was run, how to regenerate it, and the device tables.
+void WriteIntro(const MarkdownInputs& in, std::ostringstream& md) {
+  const std::vector<EvalTable>& tables = in.tables;
   md << "# Evaluation\n\n"
      << "Simulated throughput of every strategy on the scenarios of `bench/scenarios/` (modelled "
-        "on the HexiSeq paper's setups), under " << tables.size()
+        "on the HexiSeq paper's setups), under "
+     << tables.size()
      << " device-efficiency tables. Every plan is made by the planner (baselines at their "
         "strongest, `src/sched/baselines.cc`; HexiSeq by the hierarchical scheduler, "
         "`src/sched/scheduler.cc`), scored by the analytical cost model, then executed message by "
@@ -311,14 +311,20 @@ std::string EvaluationMarkdown(const std::vector<ScenarioOutcome>& outcomes,
         "is the simulated one. The ideal is the aggregate-compute bound "
         "(`CostModel::IdealTokensPerSecond`). No scenario is dropped: infeasible or "
         "not-applicable strategies are shown as such.\n\n"
-     << "Regenerate everything (this file and the charts) with one command:\n\n```\n" << command
-     << "\n```\n\n" << header << "\n\n";
+     << "Regenerate everything (this file and the charts) with one command:\n\n```\n"
+     << in.command << "\n```\n\n"
+     << in.header << "\n\n";
 
   md << "## Device tables\n\n| table | source |\n| --- | --- |\n";
   for (const EvalTable& t : tables) md << "| `" << t.name << "` | " << t.description << " |\n";
   md << "\n";
+}
 
-  // Summary.
+// HexiSeq's speedup per group and table.
+void WriteSummary(const MarkdownInputs& in, std::ostringstream& md) {
+  const std::vector<ScenarioOutcome>& outcomes = in.outcomes;
+  const std::vector<EvalTable>& tables = in.tables;
+  const std::set<std::string>& groups = in.groups;
   md << "## Summary: HexiSeq's simulated speedup\n\n"
      << "Speedup = HexiSeq's simulated tokens/s over the best feasible published baseline "
         "(ring, Ulysses, USP) and over the best of all baselines (adding hetero-ring and "
@@ -347,14 +353,19 @@ std::string EvaluationMarkdown(const std::vector<ScenarioOutcome>& outcomes,
          << Fmt("%.1f%%", 100 * (ideal.n ? ideal.min : 0)) << " | " << Published(g) << " |\n";
     }
   md << "\n";
+}
 
-  // Per group, the default table in full.
+// Per group, the default table in full.
+void WriteGroupTables(const MarkdownInputs& in, std::ostringstream& md) {
+  const std::vector<ScenarioOutcome>& outcomes = in.outcomes;
+  const std::set<std::string>& groups = in.groups;
+  const std::string& default_table = in.default_table;
   for (const std::string& g : groups) {
     md << "## " << GroupTitle(g) << "\n\n"
        << "Table `" << default_table << "`. Simulated tokens/s per strategy (`-`: not applicable "
        << "or infeasible, see notes), HexiSeq's fraction of ideal, its speedups, its planning "
        << "time and the cost model's error against the simulator on HexiSeq's plan.\n\n"
-       << "![" << g << "](" << svg_prefix << "group-" << g << ".svg)\n\n"
+       << "![" << g << "](" << in.svg_prefix << "group-" << g << ".svg)\n\n"
        << "| scenario | GPUs | ideal | ring | ulysses | usp | hetero-ring | subset | hexiseq | "
           "% ideal | vs published | vs all | plan s | model err |\n"
        << "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
@@ -374,9 +385,9 @@ std::string EvaluationMarkdown(const std::vector<ScenarioOutcome>& outcomes,
       }
       const StrategyOutcome& h = o.strategies.back();
       md << " | " << (h.feasible ? Fmt("%.1f%%", 100 * h.sim_tps / o.ideal_tps) : "-") << " | "
-         << (o.speedup_published > 0 ? Fmt("%.3fx", o.speedup_published) + " (" +
-                                           o.best_published + ")"
-                                     : "-")
+         << (o.speedup_published > 0
+                 ? Fmt("%.3fx", o.speedup_published) + " (" + o.best_published + ")"
+                 : "-")
          << " | "
          << (o.speedup_all > 0 ? Fmt("%.3fx", o.speedup_all) + " (" + o.best_all + ")" : "-")
          << " | " << Fmt("%.2f", h.plan_seconds) << " | "
@@ -390,8 +401,12 @@ std::string EvaluationMarkdown(const std::vector<ScenarioOutcome>& outcomes,
     }
     md << "\n";
   }
+}
 
-  // Sensitivity.
+// The speedup per scenario under each device table.
+void WriteSensitivity(const MarkdownInputs& in, std::ostringstream& md) {
+  const std::vector<ScenarioOutcome>& outcomes = in.outcomes;
+  const std::vector<EvalTable>& tables = in.tables;
   md << "## Sensitivity to the device-efficiency table\n\n"
      << "HexiSeq's simulated speedup over the best published baseline, per scenario and table.\n\n"
      << "| scenario |";
@@ -415,8 +430,11 @@ std::string EvaluationMarkdown(const std::vector<ScenarioOutcome>& outcomes,
     md << "\n";
   }
   md << "\n";
+}
 
-  // Pairs.
+// Mixed clusters against their FLOP-comparable homogeneous pair.
+void WritePairs(const MarkdownInputs& in, std::ostringstream& md) {
+  const std::vector<ScenarioOutcome>& outcomes = in.outcomes;
   md << "## FLOP-comparable pairs\n\n"
      << "The mixed cluster with HexiSeq against the homogeneous A100 cluster with its best "
         "strategy (simulated).\n\n"
@@ -439,13 +457,17 @@ std::string EvaluationMarkdown(const std::vector<ScenarioOutcome>& outcomes,
       const StrategyOutcome& h = mixed.strategies.back();
       md << "| " << mixed.scenario.pair << " | " << mixed.scenario.model << " @ "
          << FormatTokens(mixed.scenario.seq_len) << " | " << mixed.table << " | "
-         << (h.feasible ? Tps(h.sim_tps) : "-") << " | " << Tps(best) << " (" << best_name
-         << ") | " << (h.feasible && best > 0 ? Fmt("%.3f", h.sim_tps / best) : "-") << " |\n";
+         << (h.feasible ? Tps(h.sim_tps) : "-") << " | " << Tps(best) << " (" << best_name << ") | "
+         << (h.feasible && best > 0 ? Fmt("%.3f", h.sim_tps / best) : "-") << " |\n";
     }
   }
   md << "\n";
+}
 
-  // Where joint CP-HP plans beat hetero-ring, and shortfalls.
+// Where joint CP-HP plans beat hetero-ring.
+void WriteBeatsHeteroRing(const MarkdownInputs& in, std::ostringstream& md) {
+  const std::vector<ScenarioOutcome>& outcomes = in.outcomes;
+  const std::string& default_table = in.default_table;
   md << "## Where joint CP-HP plans beat hetero-ring\n\n"
      << "Scenarios (table `" << default_table
      << "`) where HexiSeq's simulated throughput exceeds hetero-ring's by more than 2% "
@@ -458,14 +480,21 @@ std::string EvaluationMarkdown(const std::vector<ScenarioOutcome>& outcomes,
     if (!h.feasible) continue;
     if (hr.feasible && h.sim_tps < 1.02 * hr.sim_tps) continue;
     md << "| " << o.scenario.name << " | "
-       << (hr.feasible ? Fmt("%.3fx", h.sim_tps / hr.sim_tps) : "hetero-ring infeasible")
-       << " | " << h.config << " |\n";
+       << (hr.feasible ? Fmt("%.3fx", h.sim_tps / hr.sim_tps) : "hetero-ring infeasible") << " | "
+       << h.config << " |\n";
   }
+}
+
+// Scenarios below 95% of ideal or below some baseline.
+void WriteShortfalls(const MarkdownInputs& in, std::ostringstream& md) {
+  const std::vector<ScenarioOutcome>& outcomes = in.outcomes;
+  const std::string& default_table = in.default_table;
   md << "\n## Shortfalls\n\n"
      << "Scenarios (table `" << default_table
      << "`) where HexiSeq is below 95% of ideal, or below some baseline in simulation, with the "
         "largest simulated term of HexiSeq's iteration.\n\n"
-     << "| scenario | % ideal | best baseline / hexiseq | largest term |\n| --- | --- | --- | --- |\n";
+     << "| scenario | % ideal | best baseline / hexiseq | largest term |\n| --- | --- | --- | --- "
+        "|\n";
   for (const ScenarioOutcome& o : outcomes) {
     if (o.table != default_table || o.strategies.size() < 6) continue;
     const StrategyOutcome& h = o.strategies[5];
@@ -479,11 +508,15 @@ std::string EvaluationMarkdown(const std::vector<ScenarioOutcome>& outcomes,
        << (o.speedup_all > 0 ? Fmt("%.3f", 1 / o.speedup_all) + " (" + o.best_all + ")" : "-")
        << " | " << h.sim_bottleneck << " |\n";
   }
+}
 
-  // Fidelity at scale.
+// Cost model against simulator on the evaluation's plans.
+void WriteFidelity(const MarkdownInputs& in, std::ostringstream& md) {
+  const std::vector<ScenarioOutcome>& outcomes = in.outcomes;
   md << "\n## Cost model against simulator on the evaluation's plans\n\n"
      << "(model tokens/s / simulated tokens/s - 1), all tables, feasible plans.\n\n"
-     << "| strategy | n | mean abs error | max error | min error |\n| --- | --- | --- | --- | --- |\n";
+     << "| strategy | n | mean abs error | max error | min error |\n| --- | --- | --- | --- | --- "
+        "|\n";
   for (size_t i = 0; i < StrategyOrder().size(); ++i) {
     Stats abs_err, err;
     for (const ScenarioOutcome& o : outcomes) {
@@ -496,56 +529,45 @@ std::string EvaluationMarkdown(const std::vector<ScenarioOutcome>& outcomes,
        << Fmt("%.1f%%", 100 * abs_err.mean()) << " | " << Fmt("%+.1f%%", 100 * err.max) << " | "
        << Fmt("%+.1f%%", 100 * (err.n ? err.min : 0)) << " |\n";
   }
+}
+
+}  // namespace
+
+std::string EvaluationMarkdown(const std::vector<ScenarioOutcome>& outcomes,
+                               const std::vector<EvalTable>& tables, const std::string& command,
+                               const std::string& header, const std::string& svg_prefix) {
+  MarkdownInputs in{outcomes, tables, {},        tables.empty() ? "default" : tables.front().name,
+                    command,  header, svg_prefix};
+  for (const ScenarioOutcome& o : outcomes) in.groups.insert(o.scenario.group);
+  std::ostringstream md;
+  for (auto* section : {WriteIntro, WriteSummary, WriteGroupTables, WriteSensitivity, WritePairs,
+                        WriteBeatsHeteroRing, WriteShortfalls, WriteFidelity})
+    section(in, md);
   return md.str();
 }
 
 std::string GroupSvg(const std::vector<ScenarioOutcome>& outcomes, const std::string& group,
                      const std::string& table) {
-  std::vector<const ScenarioOutcome*> rows;
-  for (const ScenarioOutcome& o : outcomes)
-    if (o.scenario.group == group && o.table == table && o.error.empty()) rows.push_back(&o);
-  const int strategies = static_cast<int>(StrategyOrder().size());
-  const int bar = 6, gap = 10, left = 60, top = 40, height = 220;
-  const int group_width = strategies * bar + gap;
-  const int width = left + static_cast<int>(rows.size()) * group_width + 20;
-  const int total_height = top + height + 150;
-  static const char* colors[] = {"#9e9e9e", "#64b5f6", "#1565c0", "#ffb74d", "#a1887f", "#d32f2f"};
-  std::ostringstream svg;
-  svg << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << width << "\" height=\""
-      << total_height << "\" font-family=\"sans-serif\" font-size=\"10\">\n"
-      << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
-      << "<text x=\"" << left << "\" y=\"16\" font-size=\"13\">" << GroupTitle(group)
-      << ": simulated fraction of ideal (table " << table << ")</text>\n";
-  for (int tick = 0; tick <= 4; ++tick) {
-    const double y = top + height - tick * height / 4.0;
-    svg << "<line x1=\"" << left << "\" x2=\"" << width - 10 << "\" y1=\"" << y << "\" y2=\"" << y
-        << "\" stroke=\"#ddd\"/>\n<text x=\"" << left - 6 << "\" y=\"" << y + 3
-        << "\" text-anchor=\"end\">" << tick * 25 << "%</text>\n";
-  }
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const ScenarioOutcome& o = *rows[i];
-    const int x0 = left + static_cast<int>(i) * group_width + gap / 2;
-    for (int s = 0; s < strategies && s < static_cast<int>(o.strategies.size()); ++s) {
+  static const char* colors[] = {kOkabeIto[7], kOkabeIto[1], kOkabeIto[4],
+                                 kOkabeIto[0], kOkabeIto[6], kOkabeIto[5]};
+  BarChart chart;
+  chart.title =
+      std::string(GroupTitle(group)) + ": simulated fraction of ideal (table " + table + ")";
+  chart.css_class = "evaluation-chart";
+  for (size_t s = 0; s < StrategyOrder().size(); ++s)
+    chart.series.push_back({StrategyOrder()[s], colors[s]});
+  chart.tick_step = 0.25;
+  for (const ScenarioOutcome& o : outcomes) {
+    if (o.scenario.group != group || o.table != table || !o.error.empty()) continue;
+    chart.categories.push_back(o.scenario.name);
+    std::vector<double> row(chart.series.size(), 0.0);
+    for (size_t s = 0; s < row.size() && s < o.strategies.size(); ++s) {
       const StrategyOutcome& so = o.strategies[s];
-      const double frac = so.feasible ? std::min(1.0, so.sim_tps / o.ideal_tps) : 0;
-      const double h = frac * height;
-      svg << "<rect x=\"" << x0 + s * bar << "\" y=\"" << Fmt("%.1f", top + height - h)
-          << "\" width=\"" << bar - 1 << "\" height=\"" << Fmt("%.1f", h) << "\" fill=\""
-          << colors[s] << "\"><title>" << o.scenario.name << " " << so.strategy << ": "
-          << Fmt("%.1f%%", 100 * frac) << "</title></rect>\n";
+      row[s] = so.feasible ? std::min(1.0, so.sim_tps / o.ideal_tps) : 0;
     }
-    const int xl = x0 + strategies * bar / 2;
-    svg << "<text transform=\"translate(" << xl << "," << top + height + 8
-        << ") rotate(60)\" font-size=\"8\">" << o.scenario.name << "</text>\n";
+    chart.values.push_back(row);
   }
-  for (int s = 0; s < strategies; ++s) {
-    const int x = left + s * 90;
-    svg << "<rect x=\"" << x << "\" y=\"" << total_height - 16
-        << "\" width=\"10\" height=\"10\" fill=\"" << colors[s] << "\"/><text x=\"" << x + 14
-        << "\" y=\"" << total_height - 7 << "\">" << StrategyOrder()[s] << "</text>\n";
-  }
-  svg << "</svg>\n";
-  return svg.str();
+  return BarChartSvg(chart);
 }
 
-}  // namespace hexiseq::sim
+}  // namespace hexiseq::report

@@ -5,10 +5,12 @@ Every rank holds the plan's token shard of the sequence (context + head parallel
 HexiSeq-specific lines are the Context and the attention call. Weights are replicated and their
 gradients summed over the ranks, so the losses equal a single-process run up to rounding.
 
-    python3 -m torch.distributed.run --nproc_per_node 4 examples/python/train_llama.py \
-        --plan plan.json                      # a plan from `hexiseq plan ... -o plan.json`
-    python3 -m torch.distributed.run --nproc_per_node 4 examples/python/train_llama.py \
-        --cluster examples/clusters/custom-4.yaml --strategy hexiseq   # plan at start-up
+    python3 -m torch.distributed.run --nproc_per_node 4 --redirects 1 --tee 1 \
+        examples/python/train_llama.py --plan plan.json   # from `hexiseq plan ... -o plan.json`
+    python3 -m torch.distributed.run --nproc_per_node 4 --redirects 1 --tee 1 \
+        examples/python/train_llama.py --cluster examples/clusters/custom-4.yaml  # plan at start
+
+(--redirects 1 --tee 1: torch 1.13's torchrun cannot parse its default "0" under Python 3.11.)
 """
 
 import argparse

@@ -25,10 +25,11 @@ nodes:
 
 
 def train(world, cluster, strategy, losses_path):
+    # --redirects 1 --tee 1: torch 1.13's torchrun cannot parse its default "0" under Python 3.11.
     command = [PYTHON, "-m", "torch.distributed.run", "--nproc_per_node", str(world),
-               "--master_addr", "127.0.0.1", "--master_port", str(free_port()), SCRIPT,
-               "--cluster", cluster, "--strategy", strategy, "--seq", "512", "--steps", str(STEPS), "--losses",
-               str(losses_path)]
+               "--redirects", "1", "--tee", "1", "--master_addr", "127.0.0.1", "--master_port",
+               str(free_port()), SCRIPT, "--cluster", cluster, "--strategy", strategy, "--seq",
+               "512", "--steps", str(STEPS), "--losses", str(losses_path)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT, env=env)
     assert done.returncode == 0, done.stdout + done.stderr

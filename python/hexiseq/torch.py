@@ -65,6 +65,10 @@ class Context:
         self._all_positions = None
         self._free = {}  # head_dim -> free runtime attention objects, oldest first
         self._created = {}  # head_dim -> how many were created
+        # Seconds per phase of the last forward / backward in the C++ runtime on this rank
+        # (alltoall, compute, ring_wait, total, ring_bytes_sent).
+        self.last_forward_times = None
+        self.last_backward_times = None
 
     @staticmethod
     def _gloo_group(group):
@@ -157,6 +161,7 @@ class _AttentionFunction(torch.autograd.Function):
         lease = _Lease(ctx, head_dim, ctx._acquire(head_dim))
         dtype, device = q.dtype, q.device
         o, _ = lease.attention.forward(_host(q), _host(k), _host(v))
+        ctx.last_forward_times = lease.attention.times(backward=False)
         if keep:
             fctx.lease = lease
             fctx.kv_dtype = (k.dtype, v.dtype)
@@ -168,6 +173,7 @@ class _AttentionFunction(torch.autograd.Function):
     def backward(fctx, d_o):
         lease = fctx.lease
         dq, dk, dv = lease.attention.backward(_host(d_o))
+        lease.ctx.last_backward_times = lease.attention.times(backward=True)
         lease.release()
         device = d_o.device
         return (dq.to(dtype=d_o.dtype, device=device),

@@ -40,8 +40,8 @@ def rel_error(ours, ref):
     return (ours.double() - ref).abs().max().item() / scale
 
 
-def check_plan(plan, head_dim, seed, heads_override):
-    ctx = hxt.Context(plan)
+def check_plan(plan, head_dim, seed, heads_override, group=None):
+    ctx = hxt.Context(plan, group)
     generator = torch.Generator().manual_seed(seed)
     seq, heads, kv = plan.seq_len, plan.num_heads, plan.num_kv_heads
     heads = heads_override or heads
@@ -69,20 +69,28 @@ def main():
     p.add_argument("--head-dim", type=int, default=16)
     p.add_argument("--heads-override", type=int, default=0)
     p.add_argument("--plan-for-last-rank", help="a different plan file for the last rank")
+    p.add_argument("--subgroups", type=int, default=1,
+                   help="split the world into this many equal groups, one Context on each")
     args = p.parse_args()
     dist.init_process_group("gloo", init_method=args.init, rank=args.rank, world_size=args.world)
+    group, group_rank = None, args.rank
+    if args.subgroups > 1:  # every rank creates every group, in the same order
+        size = args.world // args.subgroups
+        groups = [dist.new_group(list(range(first, first + size)))
+                  for first in range(0, args.world, size)]
+        group, group_rank = groups[args.rank // size], args.rank % size
     ok = True
     for index, path in enumerate(args.plans):
         if args.plan_for_last_rank and args.rank == args.world - 1:
             path = args.plan_for_last_rank
         try:
             result = check_plan(hexiseq.Plan.load(path), args.head_dim, 100 + index,
-                                args.heads_override)
+                                args.heads_override, group)
         except hexiseq.Error as error:
             print(f"ERROR {type(error).__name__}: {error}", flush=True)
             ok = False
             continue
-        if args.rank == 0:
+        if group_rank == 0:
             print(json.dumps(result), flush=True)
             ok = ok and result["pass"]
     dist.barrier()

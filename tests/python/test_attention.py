@@ -3,8 +3,9 @@
 Output and q/k/v gradients must equal a float64 causal GQA attention on the gathered tensors
 within 1e-5 relative, for ring, ulysses, usp, hetero-ring and hexiseq plans (planned for the
 tiny model on the custom-4 cluster) and hand-written plans with zero-token ranks, ranks without
-heads and idle ranks. Bad inputs (plan/world-size mismatch, heads that do not match the plan,
-different plans on different ranks) must raise a clear error on every rank without hanging.
+heads and idle ranks, and for Contexts on two subgroups of one world. Bad inputs (plan/world-size
+mismatch, heads that do not match the plan, different plans on different ranks) must raise a
+clear error on every rank without hanging.
 """
 
 import json
@@ -61,6 +62,17 @@ def test_hand_written_plans(world, plan):
 def test_four_processes_baselines_and_hexiseq(planned):
     plans = [hand_plan(name) for name in ("ring4_zigzag", "ulysses4_gqa", "usp2x2")] + planned
     run_and_check(4, plans, len(plans))
+
+
+def test_contexts_on_subgroups():
+    """Two 2-rank groups of a 4-rank world, each with its own Context and plan."""
+    results = launch(WORKER, 4, ["--plans", hand_plan("ulysses2_zero_tokens"), "--subgroups",
+                                 "2"], TIMEOUT)
+    for rank, (code, out) in enumerate(results):
+        assert code == 0, f"rank {rank} failed:\n{out}"
+    for rank in (0, 2):  # the first rank of each group reports its group's check
+        line = json.loads(next(l for l in results[rank][1].splitlines() if l.startswith("{")))
+        assert line["pass"] and line["ranks"] == 2, line
 
 
 def errors_of(results):

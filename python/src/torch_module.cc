@@ -4,6 +4,7 @@
 // rank count); Attention is one DistributedAttention, which keeps one forward's state for its
 // backward (hexiseq/torch.py pools them). Every collective check raises on every rank, so a bad
 // input never leaves some ranks waiting for the others. Tensors are fp32 CPU, token layout.
+#include <pybind11/stl.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <vector>
 
+#include "comm_conformance.h"
 #include "errors.h"
 #include "plan/plan.h"
 #include "process_group_comm.h"
@@ -218,4 +220,13 @@ PYBIND11_MODULE(_torch, m) {
       .def("forward", &Attention::Forward, py::arg("q"), py::arg("k"), py::arg("v"))
       .def("backward", &Attention::Backward, py::arg("d_o"))
       .def("times", &Attention::Times, py::arg("backward") = false);
+  m.def(
+      "_comm_conformance",
+      [](const py::object& process_group) {
+        auto comm =
+            MakeProcessGroupComm(py::cast<c10::intrusive_ptr<c10d::ProcessGroup>>(process_group));
+        return WithoutGil([&] { return CheckCommConformance(*comm); });
+      },
+      py::arg("process_group"),
+      "Runs the Comm conformance checks over the process group (collective); returns failures.");
 }

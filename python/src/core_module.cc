@@ -108,7 +108,8 @@ py::object Compare(const py::object& cluster, const py::object& model, const py:
   auto cost = MakeCostModel(cluster, model, SeqArg(seq), args);
   auto comparison =
       WithoutGil([&] { return CompareStrategies(*cost, MakeOptions(time_limit, threads)); });
-  return JsonToPython(ComparisonToJson(Unwrap(std::move(comparison))))["strategies"];
+  if (!comparison) RaiseError(comparison.error());
+  return JsonToPython(ComparisonToJson(*comparison))["strategies"];
 }
 
 py::object SimulatePlan(const Plan& plan, const py::object& cluster, const py::object& model,

@@ -69,6 +69,7 @@ std::shared_ptr<Core> MakeCore(const std::string& plan_json, const py::object& p
   core->world = MakeProcessGroupComm(group);
   AgreeOrRaise(*core->world, ParseAndCheckSize(plan_json, group->getSize(), core->plan));
   Unwrap(WithoutGil([&] { return runtime::CheckPlanAgreement(*core->world, core->plan); }));
+  Unwrap(ValidateStructure(core->plan));  // the same plan everywhere: every rank raises or none
   return core;
 }
 

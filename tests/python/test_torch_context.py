@@ -2,6 +2,7 @@
 attention objects, dtypes, and every bad input's error. Multi-process checks are in
 test_attention.py."""
 
+import json
 import os
 
 import pytest
@@ -98,3 +99,12 @@ def test_plan_for_another_world_size_raises(ctx):
     with pytest.raises(hexiseq.InvalidArgumentError,
                        match="num_ranks = 4 but the process group has 1 ranks"):
         hxt.Context(os.path.join(PLANS, "usp2x2.json"))
+
+
+def test_plan_that_breaks_an_invariant_raises(ctx, tmp_path):
+    broken = json.loads(open(SINGLE).read())
+    broken["seq_len"] = 300  # the groups' tokens no longer cover [0, seq_len)
+    path = tmp_path / "broken.json"
+    path.write_text(json.dumps(broken))
+    with pytest.raises(hexiseq.InvalidArgumentError, match="300"):
+        hxt.Context(str(path))

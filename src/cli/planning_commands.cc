@@ -3,12 +3,11 @@
 #include <fstream>
 #include <iostream>
 
-#include <nlohmann/json.hpp>
-
 #include "cli/cli.h"
 #include "cli/inputs.h"
 #include "sched/baselines.h"
 #include "sched/scheduler.h"
+#include "sched/strategies.h"
 #include "spec/units.h"
 
 #include <chrono>
@@ -49,26 +48,15 @@ class ProgressBar {
   bool tty_ = false, shown_ = false;
 };
 
-Result<StrategyResult> RunStrategy(const CostModel& model, const std::string& name,
-                                   const PlanFlags& flags,
-                                   std::vector<CandidateRecord>* candidates = nullptr) {
-  if (name == "hexiseq" || name == "exact") {
-    ProgressBar bar;
-    ScheduleOptions options;
-    options.time_limit_seconds = flags.time_limit;
-    options.threads = flags.threads;
-    options.progress = [&bar](double fraction) { bar.Update(fraction); };
-    options.candidates = candidates;
-    return name == "exact" ? ExactSearch(model, options) : Schedule(model, options);
-  }
-  if (name == "ring") return RingBaseline(model);
-  if (name == "ulysses") return UlyssesBaseline(model);
-  if (name == "usp") return UspBaseline(model);
-  if (name == "hetero-ring") return HeteroRingBaseline(model);
-  if (name == "subset") return SubsetBaseline(model);
-  return InvalidArgument("--strategy = \"" + name +
-                         "\": unknown (rule: one of hexiseq, exact, ring, ulysses, usp, "
-                         "hetero-ring, subset)");
+// The scheduler's options from the flags, with a progress bar on a terminal.
+ScheduleOptions MakeScheduleOptions(const PlanFlags& flags, ProgressBar& bar,
+                                    std::vector<CandidateRecord>* candidates = nullptr) {
+  ScheduleOptions options;
+  options.time_limit_seconds = flags.time_limit;
+  options.threads = flags.threads;
+  options.progress = [&bar](double fraction) { bar.Update(fraction); };
+  options.candidates = candidates;
+  return options;
 }
 
 std::string Percent(double fraction) { return Fixed(100.0 * fraction, 1) + "%"; }
@@ -104,18 +92,9 @@ int RunPlan(const PlanFlags& f) {
   auto model = LoadInputs(f.in);
   if (!model) return ReportError(model.error());
   std::vector<CandidateRecord> candidates;
-  auto result = RunStrategy(**model, f.strategy, f, &candidates);
+  ProgressBar bar;
+  auto result = PlanStrategy(**model, f.strategy, MakeScheduleOptions(f, bar, &candidates));
   if (!result) return ReportError(result.error());
-  if (!result->applicable)
-    return ReportError(Error{ErrorCode::kNotSupported,
-                             "strategy " + f.strategy + " is not applicable: " + result->reason});
-  if (!result->cost.feasible) {
-    std::string why = ExplainInfeasible(**model);
-    if (why.empty()) why = "infeasible: " + result->cost.infeasible_reason;
-    return ReportError(Error{ErrorCode::kInfeasible,
-                             why + " (strategy " + f.strategy + "; hint: the hexiseq strategy "
-                                   "searches every grouping, try --strategy hexiseq)"});
-  }
   std::string text = f.format == "json"
                          ? PlanToJson(result->plan)
                          : PlanSummary(result->plan, **model, result->cost);
@@ -144,51 +123,14 @@ int RunCompare(const PlanFlags& f) {
   auto loaded = LoadInputs(f.in);
   if (!loaded) return ReportError(loaded.error());
   const CostModel& model = **loaded;
-  std::vector<StrategyResult> results = AllBaselines(model);
-  double best_baseline = 0;
-  for (const StrategyResult& r : results)
-    if (r.feasible() && (best_baseline == 0 || r.cost.iteration_seconds < best_baseline))
-      best_baseline = r.cost.iteration_seconds;
-  auto hex = RunStrategy(model, "hexiseq", f);
-  if (hex) {
-    results.push_back(*hex);
-  } else if (hex.error().code == ErrorCode::kInfeasible) {
-    StrategyResult none;
-    none.strategy = "hexiseq";
-    none.config = "-";
-    none.cost.feasible = false;
-    none.reason = hex.error().message;
-    results.push_back(none);
-  } else {
-    return ReportError(hex.error());
-  }
-  if (model.cluster().num_ranks() <= kExactMaxRanks) {  // small enough for the exact search
-    auto exact = RunStrategy(model, "exact", f);
-    if (exact) results.push_back(*exact);
-  }
-  const double ideal = model.IdealIterationSeconds();
-
+  ProgressBar bar;
+  auto comparison = CompareStrategies(model, MakeScheduleOptions(f, bar));
+  if (!comparison) return ReportError(comparison.error());
+  const std::vector<StrategyResult>& results = comparison->results;
+  const double best_baseline = comparison->best_baseline_seconds;
+  const double ideal = comparison->ideal_seconds;
   if (f.format == "json") {
-    nlohmann::json j;
-    j["ideal_tokens_per_second"] = model.IdealTokensPerSecond();
-    j["strategies"] = nlohmann::json::array();
-    for (const StrategyResult& r : results) {
-      nlohmann::json s;
-      s["strategy"] = r.strategy;
-      s["config"] = r.config;
-      s["feasible"] = r.feasible();
-      s["reason"] = r.reason;
-      const bool scored = r.applicable && r.cost.iteration_seconds > 0;
-      s["iteration_seconds"] = scored ? nlohmann::json(r.cost.iteration_seconds) : nullptr;
-      s["tokens_per_second"] = scored ? nlohmann::json(r.cost.tokens_per_second) : nullptr;
-      s["fraction_of_ideal"] = scored ? nlohmann::json(ideal / r.cost.iteration_seconds) : nullptr;
-      s["speedup_over_best_baseline"] =
-          scored && best_baseline > 0 ? nlohmann::json(best_baseline / r.cost.iteration_seconds)
-                                      : nullptr;
-      s["max_memory_fraction"] = scored ? nlohmann::json(r.cost.max_memory_fraction) : nullptr;
-      j["strategies"].push_back(std::move(s));
-    }
-    std::cout << j.dump(2) << "\n";
+    std::cout << ComparisonToJson(*comparison) << "\n";
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {{"strategy", "config", "feasible", "iter s",

@@ -1,0 +1,99 @@
+// Strategy dispatch by name, the plan-or-error wrapper, and the comparison of all strategies.
+#include "sched/strategies.h"
+
+#include <nlohmann/json.hpp>
+
+namespace hexiseq {
+
+const std::vector<std::string>& StrategyNames() {
+  static const std::vector<std::string> names = {"hexiseq", "exact",       "ring",  "ulysses",
+                                                 "usp",     "hetero-ring", "subset"};
+  return names;
+}
+
+Result<StrategyResult> RunStrategy(const CostModel& model, const std::string& name,
+                                   const ScheduleOptions& options) {
+  if (name == "hexiseq") return Schedule(model, options);
+  if (name == "exact") return ExactSearch(model, options);
+  if (name == "ring") return RingBaseline(model);
+  if (name == "ulysses") return UlyssesBaseline(model);
+  if (name == "usp") return UspBaseline(model);
+  if (name == "hetero-ring") return HeteroRingBaseline(model);
+  if (name == "subset") return SubsetBaseline(model);
+  return InvalidArgument("--strategy = \"" + name +
+                         "\": unknown (rule: one of hexiseq, exact, ring, ulysses, usp, "
+                         "hetero-ring, subset)");
+}
+
+Result<StrategyResult> PlanStrategy(const CostModel& model, const std::string& name,
+                                    const ScheduleOptions& options) {
+  auto result = RunStrategy(model, name, options);
+  if (!result) return result;
+  if (!result->applicable) {
+    return NotSupported("strategy " + name + " is not applicable: " + result->reason);
+  }
+  if (!result->cost.feasible) {
+    std::string why = ExplainInfeasible(model);
+    if (why.empty()) why = "infeasible: " + result->cost.infeasible_reason;
+    return Infeasible(why + " (strategy " + name +
+                      "; hint: the hexiseq strategy searches every grouping, try --strategy "
+                      "hexiseq)");
+  }
+  return result;
+}
+
+Result<Comparison> CompareStrategies(const CostModel& model, const ScheduleOptions& options) {
+  Comparison comparison;
+  comparison.results = AllBaselines(model);
+  for (const StrategyResult& r : comparison.results) {
+    if (r.feasible() && (comparison.best_baseline_seconds == 0 ||
+                         r.cost.iteration_seconds < comparison.best_baseline_seconds)) {
+      comparison.best_baseline_seconds = r.cost.iteration_seconds;
+    }
+  }
+  auto hex = RunStrategy(model, "hexiseq", options);
+  if (hex) {
+    comparison.results.push_back(*hex);
+  } else if (hex.error().code == ErrorCode::kInfeasible) {
+    StrategyResult none;
+    none.strategy = "hexiseq";
+    none.config = "-";
+    none.cost.feasible = false;
+    none.reason = hex.error().message;
+    comparison.results.push_back(none);
+  } else {
+    return std::unexpected(hex.error());
+  }
+  if (model.cluster().num_ranks() <= kExactMaxRanks) {  // small enough for the exact search
+    auto exact = RunStrategy(model, "exact", options);
+    if (exact) comparison.results.push_back(*exact);
+  }
+  comparison.ideal_seconds = model.IdealIterationSeconds();
+  comparison.ideal_tokens_per_second = model.IdealTokensPerSecond();
+  return comparison;
+}
+
+std::string ComparisonToJson(const Comparison& comparison, int indent) {
+  nlohmann::json j;
+  j["ideal_tokens_per_second"] = comparison.ideal_tokens_per_second;
+  j["strategies"] = nlohmann::json::array();
+  const double best = comparison.best_baseline_seconds;
+  for (const StrategyResult& r : comparison.results) {
+    nlohmann::json s;
+    s["strategy"] = r.strategy;
+    s["config"] = r.config;
+    s["feasible"] = r.feasible();
+    s["reason"] = r.reason;
+    const bool scored = r.applicable && r.cost.iteration_seconds > 0;
+    const double seconds = r.cost.iteration_seconds;
+    s["iteration_seconds"] = scored ? nlohmann::json(seconds) : nullptr;
+    s["tokens_per_second"] = scored ? nlohmann::json(r.cost.tokens_per_second) : nullptr;
+    s["fraction_of_ideal"] = scored ? nlohmann::json(comparison.ideal_seconds / seconds) : nullptr;
+    s["speedup_over_best_baseline"] = scored && best > 0 ? nlohmann::json(best / seconds) : nullptr;
+    s["max_memory_fraction"] = scored ? nlohmann::json(r.cost.max_memory_fraction) : nullptr;
+    j["strategies"].push_back(std::move(s));
+  }
+  return j.dump(indent);
+}
+
+}  // namespace hexiseq

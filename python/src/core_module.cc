@@ -113,13 +113,12 @@ py::object Compare(const py::object& cluster, const py::object& model, const py:
 }
 
 py::object SimulatePlan(const Plan& plan, const py::object& cluster, const py::object& model,
-                        int explicit_layers, int nics_per_node, bool causal_skip,
+                        int explicit_layers, int nics_per_node,
                         double memory_reserve) {
   auto cost = PlanCostModel(plan, cluster, model, memory_reserve);
   sim::SimOptions options;
   options.explicit_layers = explicit_layers;
   options.nics_per_node = nics_per_node;
-  options.skip_masked_blocks = causal_skip;
   auto result = WithoutGil([&] { return sim::Simulate(plan, *cost, options); });
   return JsonToPython(sim::SimResultToJson(Unwrap(std::move(result))));
 }
@@ -284,7 +283,7 @@ void BindPlanning(py::module_& m) {
       py::arg("memory_reserve") = kDefaultMemoryReserve, py::arg("time_limit") = 0.0,
       py::arg("threads") = 1);
   m.def("simulate", &SimulatePlan, py::arg("plan"), py::arg("cluster"), py::arg("model"),
-        py::arg("explicit_layers") = 1, py::arg("nics_per_node") = 0, py::arg("causal_skip") = true,
+        py::arg("explicit_layers") = 1, py::arg("nics_per_node") = 0,
         py::arg("memory_reserve") = kDefaultMemoryReserve);
   m.def("validate", &ValidatePlan, py::arg("plan"), py::arg("cluster"), py::arg("model"),
         py::arg("memory_reserve") = kDefaultMemoryReserve);

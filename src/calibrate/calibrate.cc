@@ -172,11 +172,13 @@ Result<Calibration> RunCalibration(runtime::Comm& world, const CalibrateOptions&
         internal::TimeAttentionBlocks(options.model, options.recompute, tokens, options.repeats));
   }
   calibration.ranks = GatherRanks(world, mine);
-  calibration.pairs = internal::MeasurePairs(world);
+  const int64_t block_bytes =
+      internal::KvBlockBytes(options.model, calibration.even_shard_tokens);
+  calibration.pairs = internal::MeasurePairs(world, block_bytes);
   if (auto checked = CheckMeasured(calibration.ranks, calibration.pairs); !checked) {
     return std::unexpected(checked.error());
   }
-  calibration.all_to_all = internal::MeasureAllToAll(world, calibration.pairs);
+  calibration.all_to_all = internal::MeasureAllToAll(world, calibration.pairs, block_bytes);
   return calibration;
 }
 

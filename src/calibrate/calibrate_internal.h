@@ -34,11 +34,17 @@ RatePoint TimeLayerGemms(const ModelSpec& model, Recompute recompute, int64_t to
 RatePoint TimeAttentionBlocks(const ModelSpec& model, Recompute recompute, int64_t tokens,
                               int repeats);
 
-// Ping-pong between every pair of ranks, one pair at a time (collective).
-std::vector<PairMeasurement> MeasurePairs(runtime::Comm& world);
-// All-to-alls of a few sizes (collective), with the alpha-beta prediction from `pairs`.
+// Bytes of one ring K/V block at the even split: K and V of `shard` tokens, every KV head, fp32.
+int64_t KvBlockBytes(const ModelSpec& model, int64_t shard);
+
+// Ping-pong between every pair of ranks, one pair at a time (collective): 8 bytes for the
+// latency, then block / 16, block / 4 and the block itself for the bandwidth.
+std::vector<PairMeasurement> MeasurePairs(runtime::Comm& world, int64_t block_bytes);
+// All-to-alls (collective) of block / N bytes per peer and smaller, as a group all-to-all of the
+// even split moves, with the alpha-beta prediction from `pairs`.
 std::vector<AllToAllMeasurement> MeasureAllToAll(runtime::Comm& world,
-                                                 const std::vector<PairMeasurement>& pairs);
+                                                 const std::vector<PairMeasurement>& pairs,
+                                                 int64_t block_bytes);
 
 // Node kinds of the cluster file: runs of consecutive ranks on one host whose GEMM and attention
 // rates are within `tolerance` (relative) of the run's first rank.

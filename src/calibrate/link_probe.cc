@@ -9,11 +9,12 @@ namespace hexiseq::calibrate::internal {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int64_t kPingPongBytes[] = {8, int64_t{64} << 10, int64_t{1} << 20, int64_t{4} << 20};
+constexpr int64_t kLatencyBytes = 8;             // the latency probe's message
+constexpr int kBlockFractions[] = {16, 4, 1};     // block / 16, block / 4, block
+constexpr int64_t kMinBandwidthBytes = 4 << 10;  // smallest bandwidth probe
 constexpr int64_t kSmallMessageBytes = int64_t{64} << 10;
 constexpr int kSmallMessageRoundTrips = 40;  // small messages are cheap: more repeats
 constexpr int kLargeMessageRoundTrips = 8;
-constexpr int64_t kAllToAllBytesPerPeer[] = {int64_t{64} << 10, int64_t{1} << 20};
 constexpr int kAllToAllRepeats = 5;
 constexpr int kTag = 1;
 
@@ -47,12 +48,31 @@ double PingPong(runtime::Comm& world, int peer, bool first, int64_t bytes, int r
   return Median(half_round_trips);
 }
 
-PairMeasurement MeasurePair(runtime::Comm& world, int a, int b) {
+std::vector<int64_t> MessageSizes(int64_t block_bytes) {
+  std::vector<int64_t> sizes = {kLatencyBytes};
+  for (int fraction : kBlockFractions) {
+    sizes.push_back(std::max(kMinBandwidthBytes, block_bytes / fraction));
+  }
+  return sizes;
+}
+
+// Bandwidth: the median over the larger sizes of bytes / (one-way time - latency), so one size
+// disturbed by a preemption does not set it.
+double Bandwidth(const PairMeasurement& pair) {
+  std::vector<double> rates;
+  for (size_t size = 1; size < pair.bytes.size(); ++size) {
+    const double transfer = pair.half_rtt[size] - pair.latency_seconds;
+    rates.push_back(transfer > 0 ? pair.bytes[size] / transfer : 0);
+  }
+  return Median(rates);
+}
+
+PairMeasurement MeasurePair(runtime::Comm& world, int a, int b, int64_t block_bytes) {
   PairMeasurement pair;
   pair.a = a;
   pair.b = b;
   const int me = world.rank();
-  for (int64_t bytes : kPingPongBytes) {
+  for (int64_t bytes : MessageSizes(block_bytes)) {
     pair.bytes.push_back(bytes);
     if (me != a && me != b) continue;
     const int trips =
@@ -61,19 +81,22 @@ PairMeasurement MeasurePair(runtime::Comm& world, int a, int b) {
   }
   if (pair.half_rtt.empty()) return pair;
   pair.latency_seconds = pair.half_rtt.front();
-  const double transfer = pair.half_rtt.back() - pair.latency_seconds;
-  pair.bytes_per_second = transfer > 0 ? pair.bytes.back() / transfer : 0;
+  pair.bytes_per_second = Bandwidth(pair);
   return pair;
 }
 
 }  // namespace
 
-std::vector<PairMeasurement> MeasurePairs(runtime::Comm& world) {
+int64_t KvBlockBytes(const ModelSpec& model, int64_t shard) {
+  return 2 * shard * model.kv_heads * model.head_dim * static_cast<int64_t>(sizeof(float));
+}
+
+std::vector<PairMeasurement> MeasurePairs(runtime::Comm& world, int64_t block_bytes) {
   std::vector<PairMeasurement> pairs;
   for (int a = 0; a < world.size(); ++a) {
     for (int b = a + 1; b < world.size(); ++b) {
       world.Barrier();
-      pairs.push_back(MeasurePair(world, a, b));
+      pairs.push_back(MeasurePair(world, a, b, block_bytes));
       // Rank a measured; every rank gets its figures (latency, bandwidth, curve).
       const size_t sizes = pairs.back().bytes.size();
       std::vector<double> figures(2 + sizes, 0.0);
@@ -92,10 +115,12 @@ std::vector<PairMeasurement> MeasurePairs(runtime::Comm& world) {
 }
 
 std::vector<AllToAllMeasurement> MeasureAllToAll(runtime::Comm& world,
-                                                 const std::vector<PairMeasurement>& pairs) {
+                                                 const std::vector<PairMeasurement>& pairs,
+                                                 int64_t block_bytes) {
   const int size = world.size();
   std::vector<AllToAllMeasurement> results;
-  for (int64_t bytes : kAllToAllBytesPerPeer) {
+  for (int64_t bytes : MessageSizes(block_bytes / size)) {
+    if (bytes == kLatencyBytes) continue;
     const int64_t floats = bytes / static_cast<int64_t>(sizeof(float));
     std::vector<float> send(floats * size, 1.0f), recv(floats * size);
     std::vector<int64_t> counts(size, floats), displs(size);

@@ -4,6 +4,7 @@
 #include <sys/prctl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -16,16 +17,19 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct SlowdownState {
-  double factor = 1;
-  double debt_seconds = 0;       // padding owed (negative: credit from an oversleep)
-  double requested_seconds = 0;  // total padding asked for
-  bool open = false;             // a MarkComputeStart region is open
+// The factor is process-wide; debt and open regions belong to the thread that times them, so
+// ranks run as threads of one process (the in-process tests) never share them.
+std::atomic<double> g_factor{1.0};
+std::atomic<double> g_requested_seconds{0.0};  // total padding asked for
+
+struct ThreadState {
+  double debt_seconds = 0;  // padding owed (negative: credit from an oversleep)
+  bool open = false;        // a MarkComputeStart region is open
   Clock::time_point mark;
 };
 
-SlowdownState& State() {
-  static SlowdownState state;
+ThreadState& State() {
+  thread_local ThreadState state;
   return state;
 }
 
@@ -121,20 +125,21 @@ std::string SlowdownSyntaxError(const std::string& text) {
 
 void SetComputeSlowdown(double factor) {
   HEXISEQ_CHECK(factor >= 1 && factor <= kMaxSlowdown, "slowdown factor in [1, kMaxSlowdown]");
-  State().factor = factor;
+  g_factor.store(factor);
   // The default 50 us timer slack would add to every sleep; ask for the tightest wake-up.
   if (factor > 1) prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
 }
 
-double ComputeSlowdown() { return State().factor; }
+double ComputeSlowdown() { return g_factor.load(); }
 
-double RequestedPaddingSeconds() { return State().requested_seconds; }
+double RequestedPaddingSeconds() { return g_requested_seconds.load(); }
 
 void PadCompute(double elapsed_seconds) {
-  SlowdownState& state = State();
-  if (state.factor <= 1 || elapsed_seconds <= 0) return;
-  const double pad = (state.factor - 1) * elapsed_seconds;
-  state.requested_seconds += pad;
+  const double factor = g_factor.load(std::memory_order_relaxed);
+  if (factor <= 1 || elapsed_seconds <= 0) return;
+  ThreadState& state = State();
+  const double pad = (factor - 1) * elapsed_seconds;
+  g_requested_seconds.fetch_add(pad);
   state.debt_seconds += pad;
   if (state.debt_seconds < kMinSleepSeconds) return;
   const Clock::time_point start = Clock::now();
@@ -145,13 +150,13 @@ void PadCompute(double elapsed_seconds) {
 ComputeRegion::~ComputeRegion() { PadCompute(SecondsSince(start_)); }
 
 void MarkComputeStart() {
-  SlowdownState& state = State();
+  ThreadState& state = State();
   state.open = true;
   state.mark = Clock::now();
 }
 
 void PadComputeSinceMark() {
-  SlowdownState& state = State();
+  ThreadState& state = State();
   if (!state.open) return;
   state.open = false;
   PadCompute(SecondsSince(state.mark));

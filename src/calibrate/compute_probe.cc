@@ -18,6 +18,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kMinProbeTokens = 32;       // the smallest point of a curve
 constexpr int kProbeFractions[] = {4, 2, 1};  // shard / 4, shard / 2, shard
+constexpr double kMinPointSeconds = 0.2;      // timed seconds per point, at least
+constexpr int kMaxRepeats = 50;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Deterministic values in [-1, 1): the probes time kernels, the values only must be finite.
@@ -29,7 +31,9 @@ void Fill(std::vector<float>& values, uint32_t seed) {
   }
 }
 
-// Seconds of fn() inside a --slowdown compute region (so a slowed rank measures slower).
+// Seconds of fn() inside a --slowdown compute region (so a slowed rank measures slower), with
+// the padding settled inside the timed span, so that each run carries its own padding and
+// oversleeping (nothing moves into the next run or point).
 template <class Fn>
 double TimedRegion(Fn&& fn) {
   const Clock::time_point start = Clock::now();
@@ -37,16 +41,20 @@ double TimedRegion(Fn&& fn) {
     const runtime::ComputeRegion padded;
     fn();
   }
+  runtime::SettlePadding();
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// Forward and backward seconds (medians over repeats, after one untimed warm-up).
+// Forward and backward seconds: medians over at least `repeats` timed runs after one untimed
+// warm-up, and over enough runs that short points span kMinPointSeconds (a 2 ms point timed three
+// times is mostly scheduling noise).
 template <class Forward, class Backward>
 std::pair<double, double> TimePasses(int repeats, Forward&& forward, Backward&& backward) {
-  forward();
-  backward();
+  const double warm_up = TimedRegion(forward) + TimedRegion(backward);
+  const int runs = std::clamp(static_cast<int>(std::ceil(kMinPointSeconds / warm_up)), repeats,
+                              std::max(repeats, kMaxRepeats));
   std::vector<double> forward_seconds, backward_seconds;
-  for (int repeat = 0; repeat < repeats; ++repeat) {
+  for (int run = 0; run < runs; ++run) {
     forward_seconds.push_back(TimedRegion(forward));
     backward_seconds.push_back(TimedRegion(backward));
   }

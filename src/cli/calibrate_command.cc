@@ -113,6 +113,17 @@ void PrintSummary(const calibrate::Calibration& calibration, const Cluster& clus
                 cluster.device(rank.rank).GemmFlops() / kGiga,
                 cluster.device(rank.rank).AttentionFlops() / kGiga);
   }
+  std::printf("\n%-4s %-9s %10s %12s %12s\n", "rank", "probe", "tokens", "seconds", "GF/s");
+  for (const calibrate::RankMeasurement& rank : calibration.ranks) {
+    for (const auto& [probe, curve] :
+         {std::pair{"gemm", &rank.gemm}, std::pair{"attention", &rank.attention}}) {
+      for (const calibrate::RatePoint& point : *curve) {
+        std::printf("%-4d %-9s %10lld %12.6f %12.4f\n", rank.rank, probe,
+                    static_cast<long long>(point.tokens), point.seconds,
+                    point.flops_per_second() / kGiga);
+      }
+    }
+  }
   std::printf("\n%-6s %12s %12s\n", "pair", "latency_us", "GB/s");
   for (const calibrate::PairMeasurement& pair : calibration.pairs) {
     std::printf("%d-%-4d %12.2f %12.3f\n", pair.a, pair.b, pair.latency_seconds * 1e6,

@@ -147,6 +147,14 @@ void PadCompute(double elapsed_seconds) {
   state.debt_seconds -= SecondsSince(start);  // an oversleep becomes credit
 }
 
+void SettlePadding() {
+  ThreadState& state = State();
+  if (state.debt_seconds > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(state.debt_seconds));
+  }
+  state.debt_seconds = 0;
+}
+
 ComputeRegion::~ComputeRegion() { PadCompute(SecondsSince(start_)); }
 
 void MarkComputeStart() {

@@ -46,6 +46,11 @@ double ComputeSlowdown();
 // comment for carry-over). No-op at factor 1.
 void PadCompute(double elapsed_seconds);
 
+// Ends a measurement: sleeps the padding still owed (carried pads under kMinSleepSeconds) and
+// drops any credit from oversleeping, so that no time moves into the next measurement. No-op at
+// factor 1.
+void SettlePadding();
+
 // Total seconds of padding requested so far in this process (for reports and tests).
 double RequestedPaddingSeconds();
 

@@ -22,5 +22,6 @@ void AddSimulateCommand(CLI::App& app, Actions& actions);   // simulate
 void AddRuntimeCommands(CLI::App& app, Actions& actions);   // attn-check
 void AddTrainCommand(CLI::App& app, Actions& actions);      // train
 void AddReportCommand(CLI::App& app, Actions& actions);     // report
+void AddCalibrateCommand(CLI::App& app, Actions& actions);  // calibrate
 
 }  // namespace hexiseq::cli

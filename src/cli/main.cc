@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   AddRuntimeCommands(app, actions);
   AddTrainCommand(app, actions);
   AddReportCommand(app, actions);
+  AddCalibrateCommand(app, actions);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -12,6 +12,7 @@
 #include "runtime/attention_kernels.h"
 #include "runtime/attn_check.h"
 #include "runtime/mpi_comm.h"
+#include "runtime/slowdown.h"
 
 namespace hexiseq::cli {
 namespace {
@@ -22,6 +23,7 @@ struct AttnCheckFlags {
   uint64_t seed = 1;
   double tolerance = 1e-5;
   std::string format = "table";
+  std::string slowdown;
 };
 
 void PrintTable(const Plan& plan, const AttnCheckFlags& flags,
@@ -91,6 +93,9 @@ int RunAttnCheckCommand(const AttnCheckFlags& flags) {
     }
     return 1;
   }
+  if (auto slowed = runtime::ApplySlowdown(flags.slowdown, rank, world->size()); !slowed) {
+    return rank == 0 ? ReportError(slowed.error()) : 1;  // the same error on every rank
+  }
   runtime::AttnCheckOptions options;
   options.head_dim = flags.head_dim;
   options.seed = flags.seed;
@@ -130,6 +135,11 @@ void AddRuntimeCommands(CLI::App& app, Actions& actions) {
       ->check(CLI::PositiveNumber);
   check->add_option("--format", flags.format, "table|json")
       ->check(CLI::IsMember({"table", "json"}));
+  check
+      ->add_option("--slowdown", flags.slowdown,
+                   "RANK=FACTOR[,...]: emulate slower devices; that rank's attention kernels "
+                   "take FACTOR (>= 1) times as long (docs/measured.md)")
+      ->check(CLI::Validator(runtime::SlowdownSyntaxError, "RANK=FACTOR[,...]", "slowdown"));
   actions[check] = [] { return RunAttnCheckCommand(flags); };
 }
 

@@ -11,6 +11,7 @@
 #include "cli/cli.h"
 #include "plan/plan.h"
 #include "runtime/mpi_comm.h"
+#include "runtime/slowdown.h"
 #include "spec/model.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -23,7 +24,7 @@ constexpr double kBytesPerMiB = 1024.0 * 1024.0;
 struct TrainFlags {
   std::string plan, model, data = "synthetic:recall", format = "table";
   std::string optimizer = "adamw", recompute = "full";
-  std::string save, resume, init;
+  std::string save, resume, init, slowdown;
   int64_t save_every = 0;
   int64_t steps = 10, seq = 0;
   int batch = 1, threads = 1;
@@ -146,6 +147,9 @@ int RunTrainCommand(const TrainFlags& flags) {
                    "on another rank"},
                   true);
   }
+  if (auto slowed = runtime::ApplySlowdown(flags.slowdown, world->rank(), world->size()); !slowed) {
+    return Fail(*world, slowed.error(), true);
+  }
   auto trainer = train::Trainer::Create(*plan, *model, *options, *world);
   if (!trainer) return Fail(*world, trainer.error(), true);
   if (auto started = StartFrom(**trainer, flags); !started) {
@@ -210,6 +214,10 @@ void AddTrainCommand(CLI::App& app, Actions& actions) {
   cmd->add_option("--resume", flags.resume, "Resume from the latest checkpoint in this directory");
   cmd->add_option("--init", flags.init, "Initial weights: a safetensors file with HF names");
   cmd->add_option("--format", flags.format, "table|json")->check(CLI::IsMember({"table", "json"}));
+  cmd->add_option("--slowdown", flags.slowdown,
+                  "RANK=FACTOR[,...]: emulate slower devices; that rank's compute takes FACTOR "
+                  "(>= 1) times as long (docs/measured.md)")
+      ->check(CLI::Validator(runtime::SlowdownSyntaxError, "RANK=FACTOR[,...]", "slowdown"));
   actions[cmd] = [] { return RunTrainCommand(flags); };
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "runtime/attention_kernels.h"
+#include "runtime/slowdown.h"
 #include "runtime/str_cat.h"
 
 namespace hexiseq::runtime {
@@ -690,6 +691,7 @@ void DistributedAttention::ComputeBlock(Direction direction, int local, int orig
     }
     AttentionBackward(inputs, args);
   }
+  PadCompute(Since(start));  // --slowdown: an emulated slow device
   times.compute += Since(start);
 }
 

@@ -6,6 +6,8 @@
 
 #include <cstring>
 
+#include "runtime/slowdown.h"
+
 namespace hexiseq::train {
 namespace {
 
@@ -32,6 +34,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
  public:
   static Variable forward(AutogradContext* ctx, const Variable& q, const Variable& k,
                           const Variable& v, AttentionLayer* layer) {
+    runtime::PadComputeSinceMark();  // --slowdown: the linear work since the last attention
     ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
     ctx->saved_data["q_dtype"] = static_cast<int64_t>(q.scalar_type());
     ctx->saved_data["kv_dtype"] = static_cast<int64_t>(k.scalar_type());
@@ -39,10 +42,12 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     auto out = layer->attention->Forward(FloatSpan(q32), FloatSpan(k32), FloatSpan(v32));
     TORCH_CHECK(out.has_value(), "distributed attention forward: ", out.error().message);
     layer->times.Add(layer->attention->forward_times());
+    runtime::MarkComputeStart();
     return FromVector(out->o, q.sizes(), q.scalar_type());
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    runtime::PadComputeSinceMark();
     auto* layer = reinterpret_cast<AttentionLayer*>(ctx->saved_data["layer"].toInt());
     const auto q_dtype = static_cast<at::ScalarType>(ctx->saved_data["q_dtype"].toInt());
     const auto kv_dtype = static_cast<at::ScalarType>(ctx->saved_data["kv_dtype"].toInt());
@@ -52,6 +57,7 @@ class AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     layer->times.Add(layer->attention->backward_times());
     const int64_t tokens = d_o.size(0), head_dim = d_o.size(2);
     const int64_t kv_heads = layer->attention->layout().num_kv_heads;
+    runtime::MarkComputeStart();
     return {FromVector(grads->dq, d_o.sizes(), q_dtype),
             FromVector(grads->dk, {tokens, kv_heads, head_dim}, kv_dtype),
             FromVector(grads->dv, {tokens, kv_heads, head_dim}, kv_dtype), Variable()};

@@ -12,6 +12,7 @@
 
 #include "runtime/attention_kernels.h"
 #include "runtime/dist_attention.h"
+#include "runtime/slowdown.h"
 
 namespace hexiseq::train {
 namespace {
@@ -202,8 +203,10 @@ Result<LossReport> Trainer::ComputeGradients(std::span<const Sequence> sequences
   std::vector<double> sums(3, 0.0);  // loss sum, recall loss sum, recall count
   try {
     for (const Sequence& sequence : sequences) {
+      runtime::MarkComputeStart();  // --slowdown pads the compute between attention calls
       const at::Tensor losses = shard_model_->TokenLosses(MakeShard(sequence));
       (losses.sum() / predictions).backward();
+      runtime::PadComputeSinceMark();
       const at::Tensor detached = losses.detach().to(at::kDouble);
       sums[0] += detached.sum().item<double>();
       std::vector<double> recall_mask(positions_.size());
@@ -254,7 +257,10 @@ Result<StepReport> Trainer::Step() {
                       "checkpoints were left as they were)");
   }
   report.lr = LearningRate(options_.optimizer, step_);
-  optimizer_->Step(report.lr);
+  {
+    const runtime::ComputeRegion padded;  // --slowdown
+    optimizer_->Step(report.lr);
+  }
   ++step_;
   report.seconds = Now() - start;
   report.tokens_per_second =

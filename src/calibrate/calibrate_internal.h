@@ -1,0 +1,62 @@
+// Internal pieces of calibrate (calibrate.h): the compute probes, the link probes and the
+// cluster writer's grouping, split so that each can be tested on its own.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "calibrate/calibrate.h"
+#include "runtime/comm.h"
+
+namespace hexiseq::calibrate::internal {
+
+double Median(std::vector<double> values);
+
+// Shard sizes the compute probes time: a quarter, a half and all of the even split, each at
+// least a few kernel rows; sorted, distinct, the last one is `even_shard`.
+std::vector<int64_t> ProbeSizes(int64_t even_shard);
+
+// How the cost model weighs a forward and a backward pass for `recompute` (CostConstants): the
+// FLOPs it charges are forward x (1 + backward_factor + recompute_passes), and the trainer's time
+// is forward_seconds x (1 + recompute_passes) + backward_seconds.
+struct PassWeights {
+  double backward_factor = 0;
+  double recompute_passes = 0;
+};
+PassWeights LinearWeights(const ModelSpec& model, Recompute recompute);
+PassWeights AttentionWeights(Recompute recompute);
+
+// One layer's GEMMs at `tokens` rows (forward Y = X W^T; backward dX = dY W and dW = dY^T X),
+// each timed call inside a --slowdown compute region.
+RatePoint TimeLayerGemms(const ModelSpec& model, Recompute recompute, int64_t tokens, int repeats);
+// Attention of `tokens` queries over their own causal block and one earlier full block of the
+// same size, forward then backward, with the runtime's kernels.
+RatePoint TimeAttentionBlocks(const ModelSpec& model, Recompute recompute, int64_t tokens,
+                              int repeats);
+
+// Bytes of one ring K/V block at the even split: K and V of `shard` tokens, every KV head, fp32.
+int64_t KvBlockBytes(const ModelSpec& model, int64_t shard);
+
+// Ping-pong between every pair of ranks, one pair at a time (collective): 8 bytes for the
+// latency, then block / 16, block / 4 and the block itself for the bandwidth.
+std::vector<PairMeasurement> MeasurePairs(runtime::Comm& world, int64_t block_bytes);
+// All-to-alls (collective) of block / N bytes per peer and smaller, as a group all-to-all of the
+// even split moves, with the alpha-beta prediction from `pairs`.
+std::vector<AllToAllMeasurement> MeasureAllToAll(runtime::Comm& world,
+                                                 const std::vector<PairMeasurement>& pairs,
+                                                 int64_t block_bytes);
+
+// The same verdict on every rank (each checks every rank's gathered figures): an error naming the
+// rank (or pair), the probe, the size and the figure when one is not a finite positive rate.
+Result<void> CheckMeasured(const std::vector<RankMeasurement>& ranks,
+                           const std::vector<PairMeasurement>& pairs);
+
+// Node kinds of the cluster file: runs of consecutive ranks on one host whose GEMM and attention
+// rates are within `tolerance` (relative) of the run's first rank.
+struct KindGroup {
+  int first_rank = 0;
+  int num_ranks = 0;
+};
+std::vector<KindGroup> GroupRanks(const std::vector<RankMeasurement>& ranks, double tolerance);
+
+}  // namespace hexiseq::calibrate::internal

@@ -1,0 +1,75 @@
+// Emulated slow devices: `--slowdown RANK=FACTOR` makes one rank's compute regions take FACTOR
+// times as long, so that unequal "devices" can be built from equal CPU cores. Every measured
+// compute region (an attention kernel call, the trainer's linear/MLP/norm work between two
+// attention calls, the optimizer step, a calibration kernel) is padded by (FACTOR - 1) x its own
+// measured duration. The padding SLEEPS rather than spins: a slow device's extra time must not
+// take a core away from the other ranks when ranks share cores (oversubscription). Sleeps shorter
+// than kMinSleepSeconds are carried over to the next region, and each sleep's overshoot is
+// credited against later padding, so the total padding stays (FACTOR - 1) x the total compute.
+// Deliberately ignored: memory-bandwidth effects of a slower device (only time is stretched).
+// Thread-safe: one process-wide factor, set once at start-up; each thread carries its own debt and
+// open region (the runtime and the trainer drive a rank's compute from one thread).
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "spec/error.h"
+
+namespace hexiseq::runtime {
+
+// Pads shorter than this are accumulated instead of slept (a sleep costs tens of microseconds).
+inline constexpr double kMinSleepSeconds = 50e-6;
+
+// Parses `RANK=FACTOR[,RANK=FACTOR...]` for a world of `num_ranks` ranks into one factor per rank
+// (1 where not named). Errors name `flag`, the bad piece, the rule and a hint: a rank outside
+// [0, num_ranks), a rank given twice, a FACTOR that is not a number >= 1 (or above kMaxSlowdown).
+// num_ranks = 0 checks the syntax only (before the world size is known) and returns no factors.
+Result<std::vector<double>> ParseSlowdown(const std::string& text, int num_ranks,
+                                          const std::string& flag = "--slowdown");
+inline constexpr double kMaxSlowdown = 1000;
+
+// The CLI's one call: parses `text` (empty: no slowdown) and sets this rank's factor. Every rank
+// parses the same text, so every rank returns the same error.
+Result<void> ApplySlowdown(const std::string& text, int rank, int num_ranks,
+                           const std::string& flag = "--slowdown");
+
+// A CLI11 validator: "" when the syntax of `text` is right, else the message (exit code 2).
+std::string SlowdownSyntaxError(const std::string& text);
+
+// This process's factor (1: no padding). REQUIRES: 1 <= factor <= kMaxSlowdown.
+void SetComputeSlowdown(double factor);
+double ComputeSlowdown();
+
+// Pads a compute region that took `elapsed_seconds` by (factor - 1) x elapsed (see the file
+// comment for carry-over). No-op at factor 1.
+void PadCompute(double elapsed_seconds);
+
+// Ends a measurement: sleeps the padding still owed (carried pads under kMinSleepSeconds) and
+// drops any credit from oversleeping, so that no time moves into the next measurement. No-op at
+// factor 1.
+void SettlePadding();
+
+// Total seconds of padding requested so far in this process (for reports and tests).
+double RequestedPaddingSeconds();
+
+// Times a compute region from construction to destruction and pads it.
+class ComputeRegion {
+ public:
+  ComputeRegion() : start_(std::chrono::steady_clock::now()) {}
+  ~ComputeRegion();
+  ComputeRegion(const ComputeRegion&) = delete;
+  ComputeRegion& operator=(const ComputeRegion&) = delete;
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+// For compute that runs between calls rather than inside one scope (autograd's backward runs the
+// linear layers between two attention calls): MarkComputeStart() opens a region, and
+// PadComputeSinceMark() closes and pads it (a no-op when no region is open).
+void MarkComputeStart();
+void PadComputeSinceMark();
+
+}  // namespace hexiseq::runtime

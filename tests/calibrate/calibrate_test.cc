@@ -1,0 +1,211 @@
+// calibrate: the probes' FLOP counts against closed forms, the option checks, the node grouping,
+// and the cluster file read back by the cluster parser (rates, bandwidths, latencies exactly).
+#include "calibrate/calibrate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "calibrate/calibrate_internal.h"
+#include "spec/cluster.h"
+
+namespace hexiseq::calibrate {
+namespace {
+
+ModelSpec Tiny() {  // examples/models/tiny.yaml
+  ModelSpec model;
+  model.name = "tiny";
+  model.layers = 2;
+  model.hidden = 64;
+  model.heads = 8;
+  model.kv_heads = 2;
+  model.head_dim = 8;
+  model.ffn_hidden = 128;
+  model.vocab = 256;
+  return model;
+}
+
+TEST(CalibrateProbes, SizesAreFractionsOfTheEvenSplit) {
+  EXPECT_EQ(internal::ProbeSizes(2048), (std::vector<int64_t>{512, 1024, 2048}));
+  EXPECT_EQ(internal::ProbeSizes(128), (std::vector<int64_t>{32, 64, 128}));
+  EXPECT_EQ(internal::ProbeSizes(130), (std::vector<int64_t>{32, 65, 130}));
+}
+
+TEST(CalibrateProbes, GemmFlopsAreTheCostModelsLinearFlops) {
+  // q 64x64, k and v 16x64, o 64x64, gate/up/down 128x64: 34816 parameters; full recompute
+  // charges forward x (1 + 2 + 1).
+  const int64_t tokens = 64;
+  const RatePoint point = internal::TimeLayerGemms(Tiny(), Recompute::kFull, tokens, 1);
+  EXPECT_DOUBLE_EQ(point.flops, 2.0 * 34816 * tokens * 4);
+  EXPECT_GT(point.seconds, 0);
+  const RatePoint none = internal::TimeLayerGemms(Tiny(), Recompute::kNone, tokens, 1);
+  EXPECT_DOUBLE_EQ(none.flops, 2.0 * 34816 * tokens * 3);
+}
+
+TEST(CalibrateProbes, AttentionFlopsCountTheCausalAndTheFullBlock) {
+  // Queries at [s, 2s): s(s+1)/2 pairs on their own block, s^2 on the earlier one;
+  // 4 d H pairs forward, x (1 + 2.5 + 1) with full recompute.
+  const int64_t s = 64;
+  const double pairs = s * s + s * (s + 1) / 2.0;
+  const RatePoint point = internal::TimeAttentionBlocks(Tiny(), Recompute::kFull, s, 1);
+  EXPECT_DOUBLE_EQ(point.flops, 4.0 * 8 * 8 * pairs * 4.5);
+  EXPECT_GT(point.seconds, 0);
+}
+
+CalibrateOptions Options(int64_t seq) {
+  CalibrateOptions options;
+  options.model = Tiny();
+  options.seq_len = seq;
+  return options;
+}
+
+TEST(CalibrateOptionsCheck, SeqTooSmallForTheKernels) {
+  auto checked = CheckOptions(Options(255), 2);
+  ASSERT_FALSE(checked.has_value());
+  EXPECT_EQ(checked.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(checked.error().message.find("--seq = 255: the even split over 2 ranks is 127 tokens "
+                                         "per rank, must be >= 128"),
+            std::string::npos)
+      << checked.error().message;
+  EXPECT_NE(checked.error().message.find("hint: --seq 256 or more"), std::string::npos);
+  EXPECT_TRUE(CheckOptions(Options(256), 2).has_value());
+}
+
+TEST(CalibrateOptionsCheck, HostListMustNameEveryRank) {
+  CalibrateOptions options = Options(4096);
+  options.hosts = {"a", "a", "b"};
+  auto missing = CheckOptions(options, 4);
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_NE(missing.error().message.find("--hosts names 3 host(s) but 4 ranks are running: rank 3 "
+                                         "is missing from the list"),
+            std::string::npos)
+      << missing.error().message;
+  auto extra = CheckOptions(options, 2);
+  ASSERT_FALSE(extra.has_value());
+  EXPECT_NE(extra.error().message.find("name 2 has no rank"), std::string::npos);
+  options.hosts = {"a", ""};
+  auto empty = CheckOptions(options, 2);
+  ASSERT_FALSE(empty.has_value());
+  EXPECT_NE(empty.error().message.find("the name of rank 1 is ''"), std::string::npos);
+  options.repeats = 0;
+  options.hosts.clear();
+  EXPECT_FALSE(CheckOptions(options, 2).has_value());
+}
+
+RankMeasurement Rank(int rank, std::string host, double gemm, double attention) {
+  RankMeasurement out;
+  out.rank = rank;
+  out.host = std::move(host);
+  out.gemm = {RatePoint{512, gemm, 1.0}};
+  out.attention = {RatePoint{512, attention, 1.0}};
+  out.gemm_rate = gemm;
+  out.attention_rate = attention;
+  return out;
+}
+
+PairMeasurement Pair(int a, int b, double bytes_per_second, double latency) {
+  PairMeasurement pair;
+  pair.a = a;
+  pair.b = b;
+  pair.bytes = {8, 1024};
+  pair.half_rtt = {latency, latency + 1024 / bytes_per_second};
+  pair.latency_seconds = latency;
+  pair.bytes_per_second = bytes_per_second;
+  return pair;
+}
+
+Calibration ThreeRanks() {
+  Calibration calibration;
+  calibration.model_name = "tiny";
+  calibration.seq_len = 4096;
+  calibration.num_ranks = 3;
+  calibration.even_shard_tokens = 1365;
+  calibration.host_memory_bytes = 12.0 * (1 << 30);
+  calibration.ranks = {Rank(0, "a", 10e9, 5e9), Rank(1, "a", 10.5e9, 5.1e9),
+                       Rank(2, "a", 5e9, 2.5e9)};
+  calibration.pairs = {Pair(0, 1, 8e9, 1e-6), Pair(0, 2, 4e9, 2e-6), Pair(1, 2, 6e9, 3e-6)};
+  return calibration;
+}
+
+TEST(CalibrateGrouping, NeighboursOfAHostWithinTheToleranceShareAKind) {
+  const Calibration calibration = ThreeRanks();
+  auto groups = internal::GroupRanks(calibration.ranks, 0.10);
+  ASSERT_EQ(groups.size(), 2u);
+  EXPECT_EQ(groups[0].num_ranks, 2);
+  EXPECT_EQ(groups[1].first_rank, 2);
+  EXPECT_EQ(internal::GroupRanks(calibration.ranks, 0.0).size(), 3u);
+  std::vector<RankMeasurement> two_hosts = {Rank(0, "a", 10e9, 5e9), Rank(1, "b", 10e9, 5e9)};
+  EXPECT_EQ(internal::GroupRanks(two_hosts, 0.10).size(), 2u);
+}
+
+TEST(CalibrateClusterFile, LoadsBackWithTheMeasuredFigures) {
+  const Calibration calibration = ThreeRanks();
+  CalibrateOptions options = Options(4096);
+  const std::string yaml = ClusterYaml(calibration, options, "measured");
+  auto cluster = ParseCluster(yaml, "measured.yaml", DeviceCatalog());
+  ASSERT_TRUE(cluster.has_value()) << cluster.error().message << "\n" << yaml;
+  ASSERT_EQ(cluster->num_ranks(), 3);
+  EXPECT_EQ(cluster->name, "measured");
+  EXPECT_TRUE(cluster->SameNode(0, 1));
+  EXPECT_FALSE(cluster->SameNode(1, 2));
+  const double rel = 1e-8;
+  EXPECT_NEAR(cluster->device(0).GemmFlops(), 10.25e9, rel * 10.25e9);  // the kind's mean
+  EXPECT_NEAR(cluster->device(0).AttentionFlops(), 5.05e9, rel * 5.05e9);
+  EXPECT_NEAR(cluster->device(2).GemmFlops(), 5e9, rel * 5e9);
+  EXPECT_NEAR(cluster->device(2).AttentionFlops(), 2.5e9, rel * 2.5e9);
+  EXPECT_NEAR(cluster->Bandwidth(0, 1), 8e9, rel * 8e9);
+  EXPECT_NEAR(cluster->Bandwidth(0, 2), 5e9, rel * 5e9);  // median of pairs 0-2 and 1-2
+  EXPECT_NEAR(cluster->Latency(0, 1), 1e-6, rel * 1e-6);
+  EXPECT_NEAR(cluster->Latency(1, 2), 2.5e-6, rel * 2.5e-6);
+
+  options.merge_tolerance = 0;
+  auto per_rank = ParseCluster(ClusterYaml(calibration, options, "m"), "m.yaml", DeviceCatalog());
+  ASSERT_TRUE(per_rank.has_value()) << per_rank.error().message;
+  EXPECT_FALSE(per_rank->SameNode(0, 1));
+  EXPECT_NEAR(per_rank->device(1).GemmFlops(), 10.5e9, rel * 10.5e9);
+  EXPECT_NEAR(per_rank->Bandwidth(1, 2), 6e9, rel * 6e9);
+}
+
+TEST(CalibrateClusterFile, OneRankNeedsNoPairs) {
+  Calibration calibration = ThreeRanks();
+  calibration.num_ranks = 1;
+  calibration.ranks.resize(1);
+  calibration.pairs.clear();
+  auto cluster =
+      ParseCluster(ClusterYaml(calibration, Options(4096), "one"), "one.yaml", DeviceCatalog());
+  ASSERT_TRUE(cluster.has_value()) << cluster.error().message;
+  EXPECT_EQ(cluster->num_ranks(), 1);
+}
+
+TEST(CalibrateChecks, AFailedMeasurementIsAnErrorNotAZero) {
+  Calibration calibration = ThreeRanks();
+  EXPECT_TRUE(internal::CheckMeasured(calibration.ranks, calibration.pairs).has_value());
+  calibration.ranks[1].attention[0].seconds = 0;
+  auto zero = internal::CheckMeasured(calibration.ranks, calibration.pairs);
+  ASSERT_FALSE(zero.has_value());
+  EXPECT_NE(zero.error().message.find("rank 1 (a): the attention probe at 512 tokens measured 0 s"),
+            std::string::npos)
+      << zero.error().message;
+  calibration = ThreeRanks();
+  calibration.pairs[2].bytes_per_second = std::nan("");
+  auto pair = internal::CheckMeasured(calibration.ranks, calibration.pairs);
+  ASSERT_FALSE(pair.has_value());
+  EXPECT_NE(pair.error().message.find("ranks 1 and 2: ping-pong measured"), std::string::npos)
+      << pair.error().message;
+  calibration = ThreeRanks();
+  calibration.ranks[2].host = "";
+  EXPECT_FALSE(internal::CheckMeasured(calibration.ranks, calibration.pairs).has_value());
+}
+
+TEST(CalibrateSidecar, CarriesEveryRankAndPair) {
+  const auto json = nlohmann::json::parse(CalibrationJson(ThreeRanks()));
+  EXPECT_EQ(json["format"], "hexiseq.calibration/1");
+  ASSERT_EQ(json["ranks"].size(), 3u);
+  EXPECT_DOUBLE_EQ(json["ranks"][2]["gemm_flops_per_second"].get<double>(), 5e9);
+  ASSERT_EQ(json["pairs"].size(), 3u);
+  EXPECT_DOUBLE_EQ(json["pairs"][1]["bytes_per_second"].get<double>(), 4e9);
+}
+
+}  // namespace
+}  // namespace hexiseq::calibrate

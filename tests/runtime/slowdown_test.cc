@@ -1,0 +1,145 @@
+// --slowdown: the parser's errors, and that padded regions take FACTOR times their own measured
+// duration in total (sleeps with carry-over), for long and for very short regions.
+#include "runtime/slowdown.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+
+namespace hexiseq::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Spins for about `seconds` of wall time (the work of a region).
+void Spin(double seconds) {
+  const Clock::time_point start = Clock::now();
+  volatile double sink = 0;
+  while (SecondsSince(start) < seconds) sink = sink + 1;
+}
+
+// Runs `regions` regions of `work_seconds` each at `factor`; returns total wall / total work.
+double MeasuredFactor(double factor, int regions, double work_seconds) {
+  SetComputeSlowdown(factor);
+  const double padding_before = RequestedPaddingSeconds();
+  double work = 0;
+  const Clock::time_point start = Clock::now();
+  for (int region = 0; region < regions; ++region) {
+    const Clock::time_point begin = Clock::now();
+    const ComputeRegion padded;
+    Spin(work_seconds);
+    work += SecondsSince(begin);
+  }
+  PadCompute(kMinSleepSeconds);  // settles the carried debt below the sleep threshold
+  const double wall = SecondsSince(start);
+  EXPECT_NEAR(RequestedPaddingSeconds() - padding_before, (factor - 1) * (work + kMinSleepSeconds),
+              0.05 * factor * work);
+  SetComputeSlowdown(1);
+  return wall / work;
+}
+
+TEST(Slowdown, LongRegionsTakeFactorTimesAsLong) {
+  // 40 regions of 2 ms: the sleeps are long, their overshoot is credited to the next region.
+  for (double factor : {2.0, 4.0}) {
+    const double measured = MeasuredFactor(factor, 40, 2e-3);
+    EXPECT_NEAR(measured, factor, 0.1 * factor) << "factor " << factor;
+  }
+}
+
+TEST(Slowdown, ShortRegionsAreCarriedOver) {
+  // 2000 regions of 10 us, each padding below kMinSleepSeconds: the debt is carried over and
+  // slept in larger pieces, so the total still follows the factor.
+  const double measured = MeasuredFactor(2.0, 2000, 10e-6);
+  EXPECT_NEAR(measured, 2.0, 0.25);
+}
+
+TEST(Slowdown, FactorOneDoesNotPad) {
+  SetComputeSlowdown(1);
+  const double before = RequestedPaddingSeconds();
+  {
+    const ComputeRegion padded;
+    Spin(1e-3);
+  }
+  MarkComputeStart();
+  Spin(1e-3);
+  PadComputeSinceMark();
+  EXPECT_EQ(RequestedPaddingSeconds(), before);
+}
+
+TEST(Slowdown, MarkPadsTheTimeSinceTheMarkOnce) {
+  SetComputeSlowdown(3);
+  const double before = RequestedPaddingSeconds();
+  const Clock::time_point start = Clock::now();
+  MarkComputeStart();
+  Spin(2e-3);
+  const double region = SecondsSince(start);  // the region, as seen from outside (>= 2 ms)
+  PadComputeSinceMark();
+  const double padded = RequestedPaddingSeconds() - before;
+  // (3 - 1) x the region; the upper slack covers a preemption between the two clock reads, and
+  // is far below what padding since an earlier mark (the whole test so far) would give.
+  constexpr double kPreemptionSlack = 5e-3;
+  EXPECT_GE(padded, 2 * region * 0.999);
+  EXPECT_LE(padded, 2 * (region + kPreemptionSlack));
+  PadComputeSinceMark();  // no region open: nothing more
+  EXPECT_EQ(RequestedPaddingSeconds() - before, padded);
+  SetComputeSlowdown(1);
+}
+
+TEST(Slowdown, SettleSleepsWhatIsOwed) {
+  SetComputeSlowdown(2);
+  SettlePadding();  // start even
+  {
+    const ComputeRegion padded;
+    Spin(30e-6);
+  }  // owes about 30 us: below kMinSleepSeconds
+  const Clock::time_point start = Clock::now();
+  SettlePadding();
+  EXPECT_GE(SecondsSince(start), 30e-6);
+  const Clock::time_point again = Clock::now();
+  SettlePadding();  // nothing owed any more
+  EXPECT_LT(SecondsSince(again), 30e-6);
+  SetComputeSlowdown(1);
+}
+
+TEST(Slowdown, ParsesFactorsPerRank) {
+  auto factors = ParseSlowdown("1=2,3=4.5", 4);
+  ASSERT_TRUE(factors.has_value()) << factors.error().message;
+  EXPECT_EQ(*factors, (std::vector<double>{1, 2, 1, 4.5}));
+  auto syntax_only = ParseSlowdown("7=2", 0);
+  ASSERT_TRUE(syntax_only.has_value());
+  EXPECT_TRUE(syntax_only->empty());
+}
+
+void ExpectError(const std::string& text, int ranks, const std::string& part) {
+  auto factors = ParseSlowdown(text, ranks);
+  ASSERT_FALSE(factors.has_value()) << text;
+  EXPECT_EQ(factors.error().code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(factors.error().message.find("--slowdown"), std::string::npos)
+      << factors.error().message;
+  EXPECT_NE(factors.error().message.find(part), std::string::npos) << factors.error().message;
+}
+
+TEST(Slowdown, BadInputsAreClearErrors) {
+  ExpectError("1=0.5", 2, "FACTOR = 0.5: must be in [1, 1000]");
+  ExpectError("1=0", 2, "FACTOR = 0: must be in [1, 1000]");
+  ExpectError("1=fast", 2, "FACTOR 'fast' is not a number");
+  ExpectError("1=", 2, "FACTOR '' is not a number");
+  ExpectError("1=inf", 2, "is not a number");
+  ExpectError("1:2", 2, "no '='");
+  ExpectError("2=2", 2, "RANK = 2: this run has 2 rank(s), 0..1");
+  ExpectError("-1=2", 2, "RANK = -1");
+  ExpectError("x=2", 2, "RANK 'x' is not a whole number");
+  ExpectError("1=2,1=3", 2, "rank 1 is given twice");
+  ExpectError("", 2, "empty");
+  ExpectError("1=2,", 2, "no '='");
+  EXPECT_EQ(SlowdownSyntaxError("1=2"), "");
+  EXPECT_NE(SlowdownSyntaxError("1=0.5").find("must be in [1, 1000]"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hexiseq::runtime

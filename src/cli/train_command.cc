@@ -28,7 +28,7 @@ constexpr size_t kRecallWindowDivisor = 10;  // the final recall loss averages t
 
 struct TrainFlags {
   std::string plan, model, data = "synthetic:recall", format = "table";
-  std::string optimizer = "adamw", recompute = "full";
+  std::string optimizer = "adamw", recompute = "full", grad_sync = "overlap";
   std::string save, resume, init;
   int64_t save_every = 0;
   int64_t steps = 10, seq = 0;
@@ -138,6 +138,7 @@ Result<train::TrainOptions> MakeOptions(const TrainFlags& flags) {
       flags.optimizer == "sgd" ? train::OptimizerKind::kSgd : train::OptimizerKind::kAdamW;
   options.recompute =
       flags.recompute == "none" ? train::RecomputePolicy::kNone : train::RecomputePolicy::kFull;
+  options.overlap_grad_sync = flags.grad_sync == "overlap";
   return options;
 }
 
@@ -233,6 +234,10 @@ void AddTrainCommand(CLI::App& app, Actions& actions) {
                   "Clip the global gradient norm to this (default 1; <= 0: off)");
   cmd->add_option("--recompute", flags.recompute, "full (default) or none")
       ->check(CLI::IsMember({"full", "none"}));
+  cmd->add_option("--grad-sync", flags.grad_sync,
+                  "overlap (default: gradient all-reduces start during backward) or blocking "
+                  "(all after it)")
+      ->check(CLI::IsMember({"overlap", "blocking"}));
   cmd->add_option("--threads", flags.threads, "libtorch and OpenBLAS threads per rank (1)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--save", flags.save,

@@ -14,6 +14,7 @@
 #include <thread>
 #include <tuple>
 
+#include "runtime/comm_algorithms.h"
 #include "spec/error.h"
 
 namespace hexiseq::runtime {
@@ -44,17 +45,6 @@ struct InProcAllreduce : Request {
   std::vector<float> gathered;  // peer-major: peer * data.size() + index
   std::vector<RequestPtr> parts;
 };
-
-// Sums `gathered` (peer-major, `peers` blocks of data.size()) in rank order into `data`, so every
-// rank gets bit-identical results.
-template <class T>
-void SumInRankOrder(std::span<const T> gathered, int peers, std::span<T> data) {
-  for (size_t index = 0; index < data.size(); ++index) {
-    T sum = 0;
-    for (int peer = 0; peer < peers; ++peer) sum += gathered[peer * data.size() + index];
-    data[index] = sum;
-  }
-}
 
 constexpr int kIallreduceTag = 2;  // on the collective context (Alltoallv 0, Allgather 1)
 
@@ -176,8 +166,8 @@ class InProcComm final : public Comm {
     WaitAll(requests);
   }
 
-  void AllreduceSum(std::span<double> data) override { ReduceSum(data); }
-  void AllreduceSum(std::span<float> data) override { ReduceSum(data); }
+  void AllreduceSum(std::span<double> data) override { AllreduceSumByAllgather(*this, data); }
+  void AllreduceSum(std::span<float> data) override { AllreduceSumByAllgather(*this, data); }
 
   RequestPtr IallreduceSum(std::span<float> data) override {
     const int n = size();
@@ -208,11 +198,7 @@ class InProcComm final : public Comm {
     WaitAll(requests);
   }
 
-  void Barrier() override {
-    std::vector<char> all(size());
-    char mine = 0;
-    Allgather(&mine, 1, all.data());
-  }
+  void Barrier() override { BarrierByAllgather(*this); }
 
   std::unique_ptr<Comm> Split(int color, int key) override {
     const int n = size();
@@ -221,17 +207,10 @@ class InProcComm final : public Comm {
     Allgather(mine.data(), 2 * sizeof(int), all.data());
     const int64_t sequence = split_count_++;
     if (color < 0) return nullptr;
-    std::vector<std::pair<int, int>> order;  // (key, parent rank)
-    for (int peer = 0; peer < n; ++peer) {
-      if (all[2 * peer] == color) order.emplace_back(all[2 * peer + 1], peer);
-    }
-    std::sort(order.begin(), order.end());
-    std::vector<int> members;
-    int new_rank = -1;
-    for (const auto& [peer_key, peer] : order) {
-      if (peer == rank_) new_rank = static_cast<int>(members.size());
-      members.push_back(members_[peer]);
-    }
+    SplitMembership membership = SplitMembers(all, 2, color, rank_);
+    std::vector<int> members;  // world ranks
+    for (int peer : membership.members) members.push_back(members_[peer]);
+    const int new_rank = membership.new_rank;
     int context = 0;
     {
       std::lock_guard lock(state_->mu);
@@ -244,14 +223,6 @@ class InProcComm final : public Comm {
   }
 
  private:
-  template <class T>
-  void ReduceSum(std::span<T> data) {
-    const int n = size();
-    std::vector<T> all(data.size() * n);
-    Allgather(data.data(), data.size_bytes(), all.data());
-    SumInRankOrder<T>(all, n, data);
-  }
-
   void FinishAllreduce(InProcAllreduce& reduce) {
     SumInRankOrder<float>(reduce.gathered, size(), reduce.data);
     reduce.gathered = {};

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "runtime/comm_algorithms.h"
 #include "spec/error.h"
 
 namespace hexiseq::python {
@@ -208,8 +209,12 @@ class ProcessGroupComm final : public runtime::Comm {
     WaitAll(requests);
   }
 
-  void AllreduceSum(std::span<double> data) override { ReduceSum(data); }
-  void AllreduceSum(std::span<float> data) override { ReduceSum(data); }
+  void AllreduceSum(std::span<double> data) override {
+    runtime::AllreduceSumByAllgather(*this, data);
+  }
+  void AllreduceSum(std::span<float> data) override {
+    runtime::AllreduceSumByAllgather(*this, data);
+  }
 
   void Allgather(const void* send, size_t bytes, void* recv) override {
     const int n = size();
@@ -225,11 +230,7 @@ class ProcessGroupComm final : public runtime::Comm {
     WaitAll(requests);
   }
 
-  void Barrier() override {
-    std::vector<char> all(size());
-    const char mine = 0;
-    Allgather(&mine, 1, all.data());
-  }
+  void Barrier() override { runtime::BarrierByAllgather(*this); }
 
   std::unique_ptr<Comm> Split(int color, int key) override;
 
@@ -289,19 +290,6 @@ class ProcessGroupComm final : public runtime::Comm {
     return request;
   }
 
-  template <class T>
-  void ReduceSum(std::span<T> data) {
-    const int n = size();
-    std::vector<T> all(data.size() * n);
-    Allgather(data.data(), data.size_bytes(), all.data());
-    // Summed in rank order on every rank, so every rank gets bit-identical results.
-    for (size_t index = 0; index < data.size(); ++index) {
-      T sum = 0;
-      for (int peer = 0; peer < n; ++peer) sum += all[peer * data.size() + index];
-      data[index] = sum;
-    }
-  }
-
   std::shared_ptr<ProcessGroupState> state_;
   int context_;
   std::vector<int> members_;  // group rank of each rank of this communicator
@@ -327,18 +315,11 @@ std::unique_ptr<runtime::Comm> ProcessGroupComm::Split(int color, int key) {
   }
   state_->next_context = context + 1;
   if (color < 0) return nullptr;
-  std::vector<std::pair<int, int>> order;  // (key, rank in this communicator)
-  for (int peer = 0; peer < n; ++peer) {
-    if (all[3 * peer] == color) order.emplace_back(all[3 * peer + 1], peer);
-  }
-  std::sort(order.begin(), order.end());
-  std::vector<int> members;
-  int new_rank = -1;
-  for (const auto& [peer_key, peer] : order) {
-    if (peer == rank_) new_rank = static_cast<int>(members.size());
-    members.push_back(members_[peer]);
-  }
-  return std::make_unique<ProcessGroupComm>(state_, context, std::move(members), new_rank);
+  const runtime::SplitMembership membership = runtime::SplitMembers(all, 3, color, rank_);
+  std::vector<int> members;  // group ranks
+  for (int peer : membership.members) members.push_back(members_[peer]);
+  return std::make_unique<ProcessGroupComm>(state_, context, std::move(members),
+                                            membership.new_rank);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <thread>
 #include <tuple>
 
+#include "runtime/comm_algorithms.h"
 #include "spec/error.h"
 
 namespace hexiseq::runtime {
@@ -24,11 +25,28 @@ void Comm::WaitAll(std::span<const RequestPtr> requests) {
   }
 }
 
+RequestPtr Comm::IallreduceSum(std::span<float> data) {
+  AllreduceSum(data);
+  auto request = std::make_unique<Request>();
+  MarkDone(*request);
+  return request;
+}
+
 namespace {
 
 struct InProcRequest : Request {
   bool complete = false;  // guarded by State::mu
 };
+
+// A started in-process all-reduce: every peer's contribution is received into `gathered`
+// (eager sends, so only the receives are pending); completing it sums in rank order into `data`.
+struct InProcAllreduce : Request {
+  std::span<float> data;
+  std::vector<float> gathered;  // peer-major: peer * data.size() + index
+  std::vector<RequestPtr> parts;
+};
+
+constexpr int kIallreduceTag = 2;  // on the collective context (Alltoallv 0, Allgather 1)
 
 struct Message {
   int context = 0;
@@ -82,6 +100,11 @@ class InProcComm final : public Comm {
 
   void Wait(Request& request) override {
     if (request.done()) return;
+    if (auto* reduce = dynamic_cast<InProcAllreduce*>(&request)) {
+      WaitAll(reduce->parts);
+      FinishAllreduce(*reduce);
+      return;
+    }
     auto& req = static_cast<InProcRequest&>(request);
     std::unique_lock lock(state_->mu);
     state_->cv.wait(lock, [&] { return req.complete; });
@@ -95,6 +118,8 @@ class InProcComm final : public Comm {
       for (size_t index = 0; index < requests.size(); ++index) {
         Request* request = requests[index];
         if (request == nullptr || request->done()) continue;
+        HEXISEQ_CHECK(dynamic_cast<InProcAllreduce*>(request) == nullptr,
+                      "WaitAny on an all-reduce request (complete it with Wait or Test)");
         any_pending = true;
         if (static_cast<InProcRequest*>(request)->complete) {
           MarkDone(*request);
@@ -108,6 +133,13 @@ class InProcComm final : public Comm {
 
   bool Test(Request& request) override {
     if (request.done()) return true;
+    if (auto* reduce = dynamic_cast<InProcAllreduce*>(&request)) {
+      for (const RequestPtr& part : reduce->parts) {
+        if (!Test(*part)) return false;
+      }
+      FinishAllreduce(*reduce);
+      return true;
+    }
     std::unique_lock lock(state_->mu);
     if (!static_cast<InProcRequest&>(request).complete) return false;
     MarkDone(request);
@@ -134,8 +166,24 @@ class InProcComm final : public Comm {
     WaitAll(requests);
   }
 
-  void AllreduceSum(std::span<double> data) override { ReduceSum(data); }
-  void AllreduceSum(std::span<float> data) override { ReduceSum(data); }
+  void AllreduceSum(std::span<double> data) override { AllreduceSumByAllgather(*this, data); }
+  void AllreduceSum(std::span<float> data) override { AllreduceSumByAllgather(*this, data); }
+
+  RequestPtr IallreduceSum(std::span<float> data) override {
+    const int n = size();
+    auto reduce = std::make_unique<InProcAllreduce>();
+    reduce->data = data;
+    reduce->gathered.resize(data.size() * n);
+    for (int peer = 0; peer < n; ++peer) {
+      reduce->parts.push_back(Recv(context_ + 1, reduce->gathered.data() + peer * data.size(),
+                                   data.size_bytes(), peer, kIallreduceTag));
+    }
+    for (int peer = 0; peer < n; ++peer) {
+      reduce->parts.push_back(
+          Send(context_ + 1, data.data(), data.size_bytes(), peer, kIallreduceTag));
+    }
+    return reduce;
+  }
 
   void Allgather(const void* send, size_t bytes, void* recv) override {
     const int n = size();
@@ -150,11 +198,7 @@ class InProcComm final : public Comm {
     WaitAll(requests);
   }
 
-  void Barrier() override {
-    std::vector<char> all(size());
-    char mine = 0;
-    Allgather(&mine, 1, all.data());
-  }
+  void Barrier() override { BarrierByAllgather(*this); }
 
   std::unique_ptr<Comm> Split(int color, int key) override {
     const int n = size();
@@ -163,17 +207,10 @@ class InProcComm final : public Comm {
     Allgather(mine.data(), 2 * sizeof(int), all.data());
     const int64_t sequence = split_count_++;
     if (color < 0) return nullptr;
-    std::vector<std::pair<int, int>> order;  // (key, parent rank)
-    for (int peer = 0; peer < n; ++peer) {
-      if (all[2 * peer] == color) order.emplace_back(all[2 * peer + 1], peer);
-    }
-    std::sort(order.begin(), order.end());
-    std::vector<int> members;
-    int new_rank = -1;
-    for (const auto& [peer_key, peer] : order) {
-      if (peer == rank_) new_rank = static_cast<int>(members.size());
-      members.push_back(members_[peer]);
-    }
+    SplitMembership membership = SplitMembers(all, 2, color, rank_);
+    std::vector<int> members;  // world ranks
+    for (int peer : membership.members) members.push_back(members_[peer]);
+    const int new_rank = membership.new_rank;
     int context = 0;
     {
       std::lock_guard lock(state_->mu);
@@ -186,17 +223,11 @@ class InProcComm final : public Comm {
   }
 
  private:
-  template <class T>
-  void ReduceSum(std::span<T> data) {
-    const int n = size();
-    std::vector<T> all(data.size() * n);
-    Allgather(data.data(), data.size_bytes(), all.data());
-    // Summed in rank order on every rank, so every rank gets bit-identical results.
-    for (size_t index = 0; index < data.size(); ++index) {
-      T sum = 0;
-      for (int peer = 0; peer < n; ++peer) sum += all[peer * data.size() + index];
-      data[index] = sum;
-    }
+  void FinishAllreduce(InProcAllreduce& reduce) {
+    SumInRankOrder<float>(reduce.gathered, size(), reduce.data);
+    reduce.gathered = {};
+    reduce.parts.clear();
+    MarkDone(reduce);
   }
 
   RequestPtr Send(int context, const void* data, size_t bytes, int dest, int tag) {

@@ -58,6 +58,12 @@ class Comm {
   // In-place element-wise sum over ranks.
   virtual void AllreduceSum(std::span<double> data) = 0;
   virtual void AllreduceSum(std::span<float> data) = 0;
+  // Starts the in-place sum of AllreduceSum(data) and returns its request; the sum is in `data`
+  // once Wait (or a Test that returns true) completes it, bit-identical to AllreduceSum's.
+  // REQUIRES: `data` stays valid and untouched until then; every rank starts the same
+  // all-reduces in the same order. The default runs AllreduceSum at once and returns a completed
+  // request; transports override it to overlap the sum with other work.
+  virtual RequestPtr IallreduceSum(std::span<float> data);
   // Every rank contributes `bytes` bytes; `recv` receives size() * bytes, in rank order.
   virtual void Allgather(const void* send, size_t bytes, void* recv) = 0;
   virtual void Barrier() = 0;

@@ -130,6 +130,12 @@ class MpiComm final : public Comm {
   void AllreduceSum(std::span<float> data) override {
     MPI_Allreduce(MPI_IN_PLACE, data.data(), CheckedInt(data.size()), MPI_FLOAT, MPI_SUM, comm_);
   }
+  RequestPtr IallreduceSum(std::span<float> data) override {
+    auto request = std::make_unique<MpiRequest>();
+    MPI_Iallreduce(MPI_IN_PLACE, data.data(), CheckedInt(data.size()), MPI_FLOAT, MPI_SUM, comm_,
+                   &request->handle);
+    return request;
+  }
   void Allgather(const void* send, size_t bytes, void* recv) override {
     MPI_Allgather(send, CheckedInt(bytes), MPI_BYTE, recv, CheckedInt(bytes), MPI_BYTE, comm_);
   }

@@ -1,7 +1,7 @@
 // The MPI implementation of Comm (OpenMPI): MPI_Isend/MPI_Irecv, MPI_Alltoallv, MPI_Allreduce,
-// MPI_Allgather, MPI_Barrier, MPI_Comm_split. MPI is initialized with MPI_THREAD_FUNNELED (only
-// the rank's main thread calls MPI). Message sizes are limited to INT_MAX bytes per message (MPI
-// 3 counts); the distributed attention checks that before it starts.
+// MPI_Iallreduce, MPI_Allgather, MPI_Barrier, MPI_Comm_split. MPI is initialized with
+// MPI_THREAD_FUNNELED (only the rank's main thread calls MPI). Message sizes are limited to INT_MAX
+// bytes per message (MPI 3 counts); the distributed attention checks that before it starts.
 #pragma once
 
 #include <memory>

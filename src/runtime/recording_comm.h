@@ -58,6 +58,7 @@ class RecordingComm : public Comm {
                  std::span<const int64_t> recv_displs) override;
   void AllreduceSum(std::span<double> data) override { inner_.AllreduceSum(data); }
   void AllreduceSum(std::span<float> data) override { inner_.AllreduceSum(data); }
+  RequestPtr IallreduceSum(std::span<float> data) override { return inner_.IallreduceSum(data); }
   void Allgather(const void* send, size_t bytes, void* recv) override {
     inner_.Allgather(send, bytes, recv);
   }

@@ -31,12 +31,13 @@ class DataSource {
 };
 
 // `spec` is a file path (raw bytes, tokens 0..255: REQUIRES vocab >= 256, file >= S + 1 bytes)
-// or "synthetic:recall" (REQUIRES vocab >= kRecallMinVocab, S + 1 >= kRecallMinTokens).
+// or "synthetic:recall[:K]" (K keys, default 1; REQUIRES vocab >= 6 + 5K, S + 1 >=
+// kRecallMinTokens).
 // Errors name the flag (--data), the value, the rule and a hint.
 Result<std::unique_ptr<DataSource>> OpenDataSource(const std::string& spec, int64_t seq_len,
                                                    int vocab, uint64_t seed);
 
-inline constexpr int kRecallMinVocab = 10;
+inline constexpr char kRecallSpec[] = "synthetic:recall";
 inline constexpr int64_t kRecallMinTokens = 8;
 
 }  // namespace hexiseq::train

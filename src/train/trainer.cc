@@ -122,6 +122,8 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Plan& plan, const ModelSp
   trainer->shard_model_ = std::make_unique<LlamaShardModel>(
       trainer->model_, trainer->weights_, trainer->attention_, resolved.recompute);
   trainer->optimizer_ = std::make_unique<Optimizer>(resolved.optimizer, trainer->params_);
+  trainer->grad_sync_ = std::make_unique<GradientSync>(trainer->params_, resolved.bucket_bytes,
+                                                       resolved.overlap_grad_sync, world);
   return trainer;
 }
 
@@ -146,44 +148,6 @@ void Trainer::ResetGradients() {
   for (AttentionLayer& layer : attention_) layer.times = {};
 }
 
-double Trainer::AllreduceGradients() {
-  const double start = Now();
-  at::NoGradGuard no_grad;
-  for (at::Tensor& param : params_) {
-    if (!param.grad().defined()) param.mutable_grad() = at::zeros_like(param);
-  }
-  const int64_t bucket_elements = std::max<int64_t>(1, options_.bucket_bytes / sizeof(float));
-  std::vector<float> bucket;
-  // Buckets in reverse parameter order: the order in which backward finishes the gradients.
-  size_t end = params_.size();
-  while (end > 0) {
-    size_t begin = end;
-    int64_t elements = 0;
-    while (begin > 0 &&
-           (elements == 0 || elements + params_[begin - 1].numel() <= bucket_elements)) {
-      elements += params_[--begin].numel();
-    }
-    bucket.resize(elements);
-    int64_t offset = 0;
-    for (size_t index = begin; index < end; ++index) {
-      const at::Tensor grad = params_[index].grad().to(at::kFloat).contiguous();
-      std::copy_n(grad.data_ptr<float>(), grad.numel(), bucket.data() + offset);
-      offset += grad.numel();
-    }
-    world_.AllreduceSum(std::span<float>(bucket));
-    offset = 0;
-    for (size_t index = begin; index < end; ++index) {
-      at::Tensor grad = params_[index].mutable_grad();
-      const at::Tensor summed = at::from_blob(bucket.data() + offset, grad.sizes(),
-                                              at::TensorOptions().dtype(at::kFloat));
-      grad.copy_(summed);
-      offset += grad.numel();
-    }
-    end = begin;
-  }
-  return Now() - start;
-}
-
 PhaseSeconds Trainer::AttentionPhases() const {
   PhaseSeconds phases;
   for (const AttentionLayer& layer : attention_) {
@@ -202,9 +166,12 @@ Result<LossReport> Trainer::ComputeGradients(std::span<const Sequence> sequences
       static_cast<double>(sequences.size()) * static_cast<double>(options_.seq_len);
   std::vector<double> sums(3, 0.0);  // loss sum, recall loss sum, recall count
   try {
-    for (const Sequence& sequence : sequences) {
+    for (size_t index = 0; index < sequences.size(); ++index) {
+      const Sequence& sequence = sequences[index];
       runtime::MarkComputeStart();  // --slowdown pads the compute between attention calls
       const at::Tensor losses = shard_model_->TokenLosses(MakeShard(sequence));
+      // The last backward completes the gradients: it may start their all-reduces.
+      if (index + 1 == sequences.size()) grad_sync_->Arm();
       (losses.sum() / predictions).backward();
       runtime::PadComputeSinceMark();
       const at::Tensor detached = losses.detach().to(at::kDouble);
@@ -225,7 +192,7 @@ Result<LossReport> Trainer::ComputeGradients(std::span<const Sequence> sequences
   LossReport report;
   report.phases = AttentionPhases();
   report.phases.linear += compute_end - start;
-  report.phases.grad_sync = AllreduceGradients();
+  report.phases.grad_sync = grad_sync_->Finish();
   world_.AllreduceSum(std::span<double>(sums));
   report.loss = sums[0] / predictions;
   report.recall_loss = sums[2] > 0 ? sums[1] / sums[2] : std::numeric_limits<double>::quiet_NaN();

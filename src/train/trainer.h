@@ -3,8 +3,8 @@
 // and the distributed attention across ranks. One step: B sequences (gradient accumulation), the
 // loss is the mean cross-entropy over all B * S predictions (position p predicts token p + 1),
 // summed over ranks with an all-reduce; weight gradients are all-reduced over all ranks in
-// buckets after the backward passes (Comm has only blocking collectives, so they do not overlap
-// the backward), clipped by the global norm, and the optimizer updates the replicated weights.
+// buckets (grad_sync.h), by default started from autograd hooks during the last backward pass so
+// that they overlap it, clipped by the global norm, and the optimizer updates the weights.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -21,6 +21,7 @@
 #include "spec/model.h"
 #include "train/attention_function.h"
 #include "train/data.h"
+#include "train/grad_sync.h"
 #include "train/llama.h"
 #include "train/optimizer.h"
 
@@ -35,6 +36,7 @@ struct TrainOptions {
   RecomputePolicy recompute = RecomputePolicy::kFull;
   at::ScalarType dtype = at::kFloat;
   int64_t bucket_bytes = int64_t{4} << 20;  // gradient all-reduce bucket size
+  bool overlap_grad_sync = true;            // start buckets during backward (false: all after it)
 };
 
 // Seconds this rank spent per phase in one step.
@@ -90,13 +92,13 @@ class Trainer {
   const TrainOptions& options() const { return options_; }
   int64_t local_tokens() const { return static_cast<int64_t>(positions_.size()); }
   runtime::Comm& world() { return world_; }
+  const GradientSync& grad_sync() const { return *grad_sync_; }
   uint64_t plan_hash() const { return plan_hash_; }
 
  private:
   Trainer(const ModelSpec& model, const TrainOptions& options, runtime::Comm& world);
   ShardBatch MakeShard(const Sequence& sequence) const;
   void ResetGradients();
-  double AllreduceGradients();
   PhaseSeconds AttentionPhases() const;
 
   ModelSpec model_;
@@ -109,6 +111,7 @@ class Trainer {
   std::vector<AttentionLayer> attention_;
   std::unique_ptr<LlamaShardModel> shard_model_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<GradientSync> grad_sync_;
   int64_t step_ = 0;
   uint64_t plan_hash_ = 0;
 };

@@ -86,6 +86,47 @@ TEST(InProcessComm, Collectives) {
   });
 }
 
+// Values whose float sum depends on the order of addition, different on every rank.
+std::vector<float> RankValues(int rank, size_t count) {
+  std::vector<float> values(count);
+  for (size_t index = 0; index < count; ++index) {
+    values[index] = (rank % 2 ? 1e7f : 1e-3f) * static_cast<float>(index + 1) / (rank + 3.0f);
+  }
+  return values;
+}
+
+TEST(InProcessComm, IallreduceSumEqualsAllreduceSumBitwiseAndOverlapsOtherTraffic) {
+  for (const int ranks : {1, 2, 4}) {
+    RunInProcess(ranks, [](Comm& comm) {
+      constexpr size_t kCount = 257;
+      std::vector<float> blocking = RankValues(comm.rank(), kCount);
+      comm.AllreduceSum(std::span<float>(blocking));
+      // Two outstanding all-reduces, a collective and point-to-point traffic in between.
+      std::vector<float> first = RankValues(comm.rank(), kCount);
+      std::vector<float> second(3, static_cast<float>(comm.rank()));
+      RequestPtr first_request = comm.IallreduceSum(std::span<float>(first));
+      RequestPtr second_request = comm.IallreduceSum(std::span<float>(second));
+      std::vector<int> ranks_seen(comm.size());
+      const int mine = comm.rank();
+      comm.Allgather(&mine, sizeof mine, ranks_seen.data());
+      const int next = (comm.rank() + 1) % comm.size();
+      const int prev = (comm.rank() + comm.size() - 1) % comm.size();
+      int received = -1;
+      RequestPtr recv = comm.Irecv(&received, sizeof received, prev, 2);  // same tag number
+      RequestPtr send = comm.Isend(&mine, sizeof mine, next, 2);
+      comm.Wait(*send);
+      comm.Wait(*recv);
+      EXPECT_EQ(received, prev);
+      while (!comm.Test(*second_request)) {
+      }
+      comm.Wait(*first_request);
+      EXPECT_EQ(first, blocking);  // bit-identical
+      const float expected = static_cast<float>(comm.size() * (comm.size() - 1) / 2);
+      EXPECT_EQ(second, std::vector<float>(3, expected));
+    });
+  }
+}
+
 TEST(InProcessComm, SplitAndDupHaveSeparateMessageSpaces) {
   RunInProcess(5, [](Comm& comm) {
     const int me = comm.rank();

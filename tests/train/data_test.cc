@@ -1,5 +1,5 @@
-// Data sources: the recall task's structure (queries at the end ask for the pairs at the start),
-// determinism in (seed, index), byte-file windows, and the errors.
+// Data sources: the recall task's structure (second-half queries ask the dictionary of the first
+// eighth), determinism in (seed, index), byte-file windows, and the errors.
 #include "train/data.h"
 
 #include <gtest/gtest.h>
@@ -12,32 +12,53 @@
 namespace hexiseq::train {
 namespace {
 
-TEST(RecallData, QueriesAskForThePairsAtTheStart) {
-  // vocab 256: alphabet 4, pair tokens 2..17 (2 + 4 key + value), queries 18..21, values 22..25.
-  auto source = OpenDataSource("synthetic:recall", 127, 256, 9);
-  ASSERT_TRUE(source) << source.error().message;
-  const Sequence sequence = (*source)->Get(3);
+// Checks one recall sequence of S = 127 against the task's definition: the dictionary fills the
+// first eighth, queries sit in the second half, each answer is the dictionary's value, and only
+// the first ask of each key is a target.
+void CheckRecallSequence(const Sequence& sequence, int64_t keys) {
+  // Tokens: pairs 2 .. 2 + 4K - 1 (2 + 4 key + value), queries next (K), answers next (4).
+  const int64_t first_query = 2 + 4 * keys, first_answer = first_query + keys;
   ASSERT_EQ(sequence.tokens.size(), 128u);
   ASSERT_EQ(sequence.recall_target.size(), 127u);
-  std::map<int64_t, int64_t> dictionary;  // key -> value from the pair tokens at the start
-  for (int64_t position = 0; position < 4; ++position) {
+  std::map<int64_t, int64_t> dictionary;  // key -> value from the pair tokens
+  for (int64_t position = 0; position < 128 / 8; ++position) {
     const int64_t pair = sequence.tokens[position] - 2;
-    ASSERT_TRUE(pair >= 0 && pair < 16) << "position " << position;
-    dictionary[pair / 4] = pair % 4;
+    ASSERT_TRUE(pair >= 0 && pair < 4 * keys) << "position " << position;
+    auto [it, inserted] = dictionary.try_emplace(pair / 4, pair % 4);
+    EXPECT_EQ(it->second, pair % 4) << "key " << pair / 4 << " restated with another value";
   }
-  EXPECT_EQ(dictionary.size(), 4u);  // every key once
-  int targets = 0;
-  for (int64_t p = 0; p < 127; ++p) {
-    if (!sequence.recall_target[p]) continue;
-    ++targets;
-    const int64_t key = sequence.tokens[p] - 18;
+  EXPECT_EQ(static_cast<int64_t>(dictionary.size()), keys);  // every key stated
+  std::map<int64_t, int> asks;
+  int targets = 0, queries = 0;
+  for (int64_t p = 128 / 8; p < 127; ++p) {
+    const int64_t token = sequence.tokens[p];
+    if (token == 1) {
+      EXPECT_FALSE(sequence.recall_target[p]);
+      continue;
+    }
+    if (token >= first_answer) continue;  // an answer, checked with its query
+    ASSERT_TRUE(token >= first_query && token < first_answer) << "position " << p;
+    ++queries;
+    EXPECT_GE(p, 64) << "queries sit in the second half";
+    const int64_t key = token - first_query;
     ASSERT_TRUE(dictionary.contains(key)) << "position " << p;
-    EXPECT_EQ(sequence.tokens[p + 1] - 22, dictionary[key]);
-    EXPECT_GE(p, 128 - 32);  // queries sit at the end
+    EXPECT_EQ(sequence.tokens[p + 1] - first_answer, dictionary[key]);
+    EXPECT_EQ(sequence.recall_target[p] != 0, asks[key]++ == 0) << "only first asks are targets";
+    targets += sequence.recall_target[p];
   }
-  EXPECT_EQ(targets, 16);                                                   // (S + 1) / 8
-  for (int64_t p = 4; p < 128 - 32; ++p) EXPECT_EQ(sequence.tokens[p], 1);  // filler only
-  EXPECT_NEAR((*source)->recall_chance_loss(), std::log(4.0), 1e-12);
+  EXPECT_EQ(queries, 8);  // one per 8 tokens of the second half (64 tokens)
+  EXPECT_EQ(targets, keys);
+}
+
+TEST(RecallData, QueriesInTheSecondHalfAskTheDictionaryOfTheFirstEighth) {
+  for (const auto& [spec, keys] :
+       {std::pair<std::string, int64_t>{"synthetic:recall", 1}, {"synthetic:recall:4", 4}}) {
+    SCOPED_TRACE(spec);
+    auto source = OpenDataSource(spec, 127, 256, 9);
+    ASSERT_TRUE(source) << source.error().message;
+    for (int64_t index = 0; index < 5; ++index) CheckRecallSequence((*source)->Get(index), keys);
+    EXPECT_NEAR((*source)->recall_chance_loss(), std::log(4.0), 1e-12);
+  }
 }
 
 TEST(RecallData, DeterministicInSeedAndIndex) {
@@ -78,6 +99,9 @@ TEST(DataErrors, Messages) {
     return source ? std::string("ok") : source.error().message;
   };
   EXPECT_NE(message("synthetic:copy", 64, 256).find("unknown synthetic task"), std::string::npos);
+  EXPECT_NE(message("synthetic:recall:0", 64, 256).find("bad recall task"), std::string::npos);
+  EXPECT_NE(message("synthetic:recall:x", 64, 256).find("bad recall task"), std::string::npos);
+  EXPECT_NE(message("synthetic:recall:51", 64, 256).find("needs vocab >= 261"), std::string::npos);
   EXPECT_NE(message("synthetic:recall", 64, 8).find("model vocab = 8: too small"),
             std::string::npos);
   EXPECT_NE(message("synthetic:recall", 4, 256).find("--seq = 4: too short"), std::string::npos);

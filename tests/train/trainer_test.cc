@@ -123,6 +123,62 @@ TEST(Trainer, LossFallsOnRecall) {
   EXPECT_NEAR(run.losses.front(), std::log(256.0), 0.3);
 }
 
+// Rank 0's losses of `steps` steps and its final weights, with the gradient sync overlapped or
+// blocking; `overlapped` receives the buckets the last step started during backward.
+std::pair<std::vector<double>, std::vector<float>> StepsWithSync(const Plan& plan, bool overlap,
+                                                                 RecomputePolicy recompute,
+                                                                 int steps, int* overlapped) {
+  TrainOptions options = TestOptions(recompute);
+  options.overlap_grad_sync = overlap;
+  std::vector<double> losses;
+  std::vector<float> weights;
+  std::mutex mu;
+  runtime::RunInProcess(plan.num_ranks, [&](runtime::Comm& comm) {
+    auto trainer = Trainer::Create(plan, TinyLlama(), options, comm);
+    ASSERT_TRUE(trainer) << trainer.error().message;
+    std::vector<double> mine;
+    for (int step = 0; step < steps; ++step) {
+      auto report = (*trainer)->Step();
+      ASSERT_TRUE(report) << report.error().message;
+      mine.push_back(report->loss);
+    }
+    if (comm.rank() != 0) return;
+    std::lock_guard lock(mu);
+    losses = mine;
+    *overlapped = (*trainer)->grad_sync().buckets_started_in_backward();
+    for (const NamedTensorRef& named : NamedParameters((*trainer)->weights())) {
+      const at::Tensor flat = named.tensor.detach().contiguous().view(-1);
+      weights.insert(weights.end(), flat.data_ptr<float>(), flat.data_ptr<float>() + flat.numel());
+    }
+  });
+  return {losses, weights};
+}
+
+TEST(Trainer, OverlappedGradientSyncIsBitIdenticalToBlocking) {
+  constexpr int kSteps = 4;
+  for (const RecomputePolicy recompute : {RecomputePolicy::kNone, RecomputePolicy::kFull}) {
+    // Ulysses plans: their attention backward sums in a fixed order. (Ring plans add the dK/dV
+    // returns in arrival order, so their bits depend on message timing in either mode.)
+    for (const Plan& plan : {UlyssesPlan(2, 96, 8, 2), UlyssesPlan(4, 128, 8, 2)}) {
+      SCOPED_TRACE(PlanToJson(plan, -1));
+      int overlapped = 0, blocking_overlapped = 0;
+      const auto overlap = StepsWithSync(plan, true, recompute, kSteps, &overlapped);
+      const auto blocking = StepsWithSync(plan, false, recompute, kSteps, &blocking_overlapped);
+      ASSERT_EQ(overlap.first.size(), static_cast<size_t>(kSteps));
+      EXPECT_EQ(overlap.first, blocking.first);  // bit-identical losses
+      ASSERT_EQ(overlap.second.size(), blocking.second.size());
+      size_t mismatches = 0;
+      for (size_t index = 0; index < overlap.second.size(); ++index) {
+        mismatches += overlap.second[index] != blocking.second[index];
+      }
+      EXPECT_EQ(mismatches, 0u) << "weights differ bitwise";
+      // The hooks really started buckets before backward ended (all but the last ones).
+      EXPECT_GT(overlapped, 0);
+      EXPECT_EQ(blocking_overlapped, 0);
+    }
+  }
+}
+
 std::string SetupError(const Plan& plan, const ModelSpec& model, const TrainOptions& options,
                        int world_size) {
   std::string first;

@@ -1,0 +1,162 @@
+// GradientSync: bucket layout, the accumulator post hooks, in-order bucket starts, and the
+// copies between .grad() and each bucket's flat buffer.
+#include "train/grad_sync.h"
+
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "spec/error.h"
+
+namespace hexiseq::train {
+namespace {
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Runs after a parameter's AccumulateGrad node, i.e. once its .grad() holds this backward's sum.
+class ReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  ReadyHook(GradientSync& sync, size_t index) : sync_(sync), index_(index) {}
+  torch::autograd::variable_list operator()(
+      const torch::autograd::variable_list& outputs,
+      const torch::autograd::variable_list& /*inputs*/) override {
+    sync_.OnGradientReady(index_);
+    return outputs;
+  }
+
+ private:
+  GradientSync& sync_;
+  size_t index_;
+};
+
+}  // namespace
+
+GradientSync::GradientSync(const std::vector<at::Tensor>& params, int64_t bucket_bytes,
+                           bool overlap, runtime::Comm& world)
+    : params_(params),
+      world_(world),
+      overlap_(overlap),
+      bucket_of_(params.size()),
+      ready_(params.size(), 0) {
+  const int64_t bucket_elements =
+      std::max<int64_t>(1, bucket_bytes / static_cast<int64_t>(sizeof(float)));
+  size_t end = params_.size();
+  while (end > 0) {
+    Bucket bucket;
+    bucket.end = end;
+    bucket.begin = end;
+    while (bucket.begin > 0 &&
+           (bucket.elements == 0 ||
+            bucket.elements + params_[bucket.begin - 1].numel() <= bucket_elements)) {
+      bucket.elements += params_[--bucket.begin].numel();
+    }
+    for (size_t index = bucket.begin; index < bucket.end; ++index) {
+      bucket_of_[index] = buckets_.size();
+    }
+    end = bucket.begin;
+    buckets_.push_back(std::move(bucket));
+  }
+  ready_count_.assign(buckets_.size(), 0);
+  if (!overlap_) return;
+  for (size_t index = 0; index < params_.size(); ++index) {
+    std::shared_ptr<torch::autograd::Node> accumulator =
+        torch::autograd::impl::grad_accumulator(params_[index]);
+    HEXISEQ_CHECK(accumulator != nullptr, "gradient sync: a parameter without autograd");
+    accumulator->add_post_hook(std::make_unique<ReadyHook>(*this, index));
+    accumulators_.push_back(std::move(accumulator));
+  }
+}
+
+GradientSync::~GradientSync() {
+  for (Bucket& bucket : buckets_) {
+    if (bucket.request) world_.Wait(*bucket.request);
+  }
+}
+
+void GradientSync::Arm() {
+  for (Bucket& bucket : buckets_) {  // left over only by a backward that threw
+    if (bucket.request) world_.Wait(*bucket.request);
+    bucket.request.reset();
+  }
+  armed_ = overlap_;
+  std::fill(ready_.begin(), ready_.end(), 0);
+  std::fill(ready_count_.begin(), ready_count_.end(), 0);
+  next_bucket_ = 0;
+}
+
+void GradientSync::OnGradientReady(size_t index) {
+  if (!armed_) return;
+  HEXISEQ_CHECK(!ready_[index], "gradient sync: a gradient completed twice in one backward");
+  ready_[index] = 1;
+  const size_t bucket = bucket_of_[index];
+  ++ready_count_[bucket];
+  while (next_bucket_ < buckets_.size() &&
+         ready_count_[next_bucket_] ==
+             static_cast<int64_t>(buckets_[next_bucket_].end - buckets_[next_bucket_].begin)) {
+    StartBucket(buckets_[next_bucket_++]);
+  }
+  DrivePending();
+}
+
+void GradientSync::StartBucket(Bucket& bucket) {
+  at::NoGradGuard no_grad;
+  bucket.flat.resize(bucket.elements);
+  int64_t offset = 0;
+  for (size_t index = bucket.begin; index < bucket.end; ++index) {
+    const at::Tensor& param = params_[index];
+    if (param.grad().defined()) {
+      const at::Tensor grad = param.grad().to(at::kFloat).contiguous();
+      std::copy_n(grad.data_ptr<float>(), grad.numel(), bucket.flat.data() + offset);
+    } else {
+      std::fill_n(bucket.flat.data() + offset, param.numel(), 0.0f);
+    }
+    offset += param.numel();
+  }
+  if (overlap_) {
+    bucket.request = world_.IallreduceSum(std::span<float>(bucket.flat));
+  } else {
+    world_.AllreduceSum(std::span<float>(bucket.flat));
+  }
+}
+
+// Lets the transport progress the started all-reduces (MPI progresses nonblocking collectives
+// only inside MPI calls).
+void GradientSync::DrivePending() {
+  for (size_t bucket = 0; bucket < next_bucket_; ++bucket) {
+    if (buckets_[bucket].request) world_.Test(*buckets_[bucket].request);
+  }
+}
+
+double GradientSync::Finish() {
+  const double start = Now();
+  armed_ = false;
+  started_in_backward_ = static_cast<int>(next_bucket_);
+  while (next_bucket_ < buckets_.size()) StartBucket(buckets_[next_bucket_++]);
+  at::NoGradGuard no_grad;
+  for (Bucket& bucket : buckets_) {
+    if (bucket.request) {
+      world_.Wait(*bucket.request);
+      bucket.request.reset();
+    }
+    int64_t offset = 0;
+    for (size_t index = bucket.begin; index < bucket.end; ++index) {
+      const at::Tensor& param = params_[index];
+      if (!param.grad().defined()) {
+        param.mutable_grad() = at::zeros_like(param);
+      }
+      at::Tensor grad = param.mutable_grad();
+      grad.copy_(at::from_blob(bucket.flat.data() + offset, grad.sizes(),
+                               at::TensorOptions().dtype(at::kFloat)));
+      offset += param.numel();
+    }
+  }
+  next_bucket_ = 0;
+  return Now() - start;
+}
+
+}  // namespace hexiseq::train

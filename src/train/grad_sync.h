@@ -1,0 +1,71 @@
+// Gradient sync of the replicated weights: every parameter gradient summed over all ranks, in
+// buckets of about `bucket_bytes` taken in reverse parameter order (the order in which backward
+// finishes them). Overlapped mode starts a bucket's nonblocking all-reduce (Comm::IallreduceSum)
+// from autograd hooks as soon as backward has accumulated every gradient in it, and waits for
+// all of them before clipping; blocking mode runs the same buckets with Comm::AllreduceSum after
+// backward. Buckets start strictly in order on every rank (a ready bucket waits for the ones
+// before it), so ranks whose backward finishes gradients in another order still match.
+// Ignores: gradient compression, ZeRO sharding (weights are replicated).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "runtime/comm.h"
+
+namespace hexiseq::train {
+
+class GradientSync {
+ public:
+  // `params` (leaf tensors that require grad) and `world` must outlive this object. With
+  // `overlap`, registers a post hook on each parameter's gradient accumulator.
+  GradientSync(const std::vector<at::Tensor>& params, int64_t bucket_bytes, bool overlap,
+               runtime::Comm& world);
+  ~GradientSync();
+  GradientSync(const GradientSync&) = delete;
+  GradientSync& operator=(const GradientSync&) = delete;
+
+  // Call before the backward pass that completes the step's gradients (the last of a gradient
+  // accumulation): from then on, each gradient the backward finishes may start its bucket.
+  void Arm();
+
+  // Collective: starts the buckets not started yet (a parameter backward did not reach gets a
+  // zero gradient), waits for all, and writes the sums into every .grad(). Returns the seconds
+  // spent here (the sync time backward did not hide).
+  double Finish();
+
+  // Called by the hook of parameter `index` when backward has accumulated its gradient.
+  void OnGradientReady(size_t index);
+
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  // Buckets the last Finish found already started by the backward pass.
+  int buckets_started_in_backward() const { return started_in_backward_; }
+
+ private:
+  struct Bucket {
+    size_t begin = 0, end = 0;  // parameters [begin, end)
+    int64_t elements = 0;
+    std::vector<float> flat;
+    runtime::RequestPtr request;
+  };
+
+  void StartBucket(Bucket& bucket);
+  void DrivePending();
+
+  const std::vector<at::Tensor>& params_;
+  runtime::Comm& world_;
+  bool overlap_;
+  std::vector<Bucket> buckets_;       // in start order
+  std::vector<size_t> bucket_of_;     // parameter index -> bucket index
+  std::vector<int64_t> ready_count_;  // per bucket: parameters whose gradient is complete
+  std::vector<uint8_t> ready_;        // per parameter, since Arm
+  size_t next_bucket_ = 0;            // the first bucket not started
+  bool armed_ = false;
+  int started_in_backward_ = 0;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the hooks alive
+};
+
+}  // namespace hexiseq::train

@@ -27,6 +27,7 @@
 #include <limits>
 #include <optional>
 
+#include "spec/limits.h"
 #include "spec/spec_input.h"
 #include "spec/units.h"
 
@@ -43,8 +44,6 @@ using spec_internal::Quote;
 // Per-message latency inside a node (NVLink / PCIe P2P, NCCL small-message figure). The
 // cross-node default is Cluster::inter_node_latency_seconds (5 us, one RDMA hop).
 constexpr double kDefaultIntraNodeLatencySeconds = 3e-6;
-// Upper bound on ranks so that a typo (count: 1000000000) cannot exhaust memory.
-constexpr int64_t kMaxRanks = 1 << 20;
 
 constexpr const char* kExample = "start from examples/clusters/h100-a100-16.yaml";
 
@@ -100,6 +99,12 @@ Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
                                         nodes_rule, "write each node kind as `- gpu: H100-SXM`"));
   }
 
+  if (static_cast<int64_t>(nodes.size()) > kMaxNodeKinds) {
+    return InvalidArgument(FieldMessage(field("nodes"), "", std::to_string(nodes.size()) +
+                                        " node kinds", "at most " + std::to_string(kMaxNodeKinds) +
+                                        " node kinds (docs/limits.md)",
+                                        "give identical nodes as one kind with a count"));
+  }
   std::vector<std::string> kind_names;  // `name:` of each kind, or "" when not given
   int64_t total_ranks = 0;
   for (size_t index = 0; index < nodes.size(); ++index) {
@@ -151,7 +156,7 @@ Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
     if (total_ranks > kMaxRanks) {
       return InvalidArgument(
           FieldMessage(where, "", "the cluster has " + std::to_string(total_ranks) + " GPUs so far",
-                       "at most " + std::to_string(kMaxRanks) + " GPUs in a cluster",
+                       "at most " + std::to_string(kMaxRanks) + " GPUs in a cluster (docs/limits.md)",
                        "check count and gpus_per_node"));
     }
 

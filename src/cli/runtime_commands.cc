@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/cli.h"
+#include "cli/inputs.h"
 #include "plan/plan.h"
 #include "runtime/attention_kernels.h"
 #include "runtime/attn_check.h"
@@ -127,7 +128,7 @@ void AddRuntimeCommands(CLI::App& app, Actions& actions) {
   check
       ->add_option("--tolerance", flags.tolerance,
                    "Largest relative error accepted on every output (default 1e-5)")
-      ->check(CLI::PositiveNumber);
+      ->check(FiniteRange(1e-300, 1.0));
   check->add_option("--format", flags.format, "table|json")
       ->check(CLI::IsMember({"table", "json"}));
   actions[check] = [] { return RunAttnCheckCommand(flags); };

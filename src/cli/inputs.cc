@@ -27,7 +27,8 @@ void AddInputFlags(CLI::App* cmd, InputFlags& flags, bool workload) {
 }
 
 CLI::Validator FiniteRange(double min, double max) {
-  const std::string range = "[" + CLI::detail::to_string(min) + ", " + CLI::detail::to_string(max) + "]";
+  const std::string range =
+      "[" + CLI::detail::to_string(min) + ", " + CLI::detail::to_string(max) + "]";
   return CLI::Validator(
       [min, max, range](std::string& text) -> std::string {
         double value = 0;

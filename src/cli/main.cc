@@ -17,8 +17,7 @@ int ReportError(const Error& error) {
 int FlushResults(int exit_code) {
   std::cout.flush();
   if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout) {
-    std::fprintf(stderr, "hexiseq: cannot write the results to stdout: %s\n",
-                 std::strerror(errno));
+    std::fprintf(stderr, "hexiseq: cannot write the results to stdout: %s\n", std::strerror(errno));
     return exit_code == 0 ? 1 : exit_code;
   }
   return exit_code;

@@ -1,5 +1,8 @@
 // plan, compare, validate, explain: parse, load, call the planner, print.
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -10,9 +13,6 @@
 #include "sched/scheduler.h"
 #include "sched/strategies.h"
 #include "spec/units.h"
-
-#include <chrono>
-#include <unistd.h>
 
 namespace hexiseq::cli {
 namespace {
@@ -130,14 +130,18 @@ int RunCompare(const PlanFlags& f) {
   const std::vector<StrategyResult>& results = comparison->results;
   const double best_baseline = comparison->best_baseline_seconds;
   const double ideal = comparison->ideal_seconds;
-  const bool any_feasible = std::any_of(results.begin(), results.end(), [](const StrategyResult& r) {
-    return r.applicable && r.feasible();
-  });
+  const bool any_feasible =
+      std::any_of(results.begin(), results.end(),
+                  [](const StrategyResult& r) { return r.applicable && r.feasible(); });
   // The comparison is still printed (it says why each strategy fails), but nothing fits.
-  const int exit_code = any_feasible ? 0 : ReportError(Error{
-      ErrorCode::kInfeasible, "infeasible: no strategy fits this workload on this cluster "
-                              "(each strategy's reason is in the comparison; hint: a shorter --seq, more "
-                              "memory or --recompute full)"});
+  const int exit_code =
+      any_feasible
+          ? 0
+          : ReportError(
+                Error{ErrorCode::kInfeasible,
+                      "infeasible: no strategy fits this workload on this cluster "
+                      "(each strategy's reason is in the comparison; hint: a shorter --seq, more "
+                      "memory or --recompute full)"});
   if (f.format == "json") {
     std::cout << ComparisonToJson(*comparison) << "\n";
     return exit_code;

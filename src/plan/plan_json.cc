@@ -7,9 +7,8 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "plan/plan.h"
 #include "spec/input_file.h"
@@ -23,17 +22,19 @@ using nlohmann::json;
 // The keys of each object of a plan: exactly what PlanToJson writes (the one writer: the CLI,
 // the Python package and the trainer all save plans through it), plus `planner` and
 // `input_hash` at the top level, where plans before `provenance` kept them.
-const std::vector<std::string> kPlanKeys = {
-    "format",     "strategy",  "config",       "model",     "seq_len",  "batch",
-    "recompute",  "zero_stage", "num_heads",   "num_kv_heads", "num_ranks", "groups",
-    "predicted",  "provenance", "planner",     "input_hash"};
+const std::vector<std::string> kPlanKeys = {"format",    "strategy",     "config",    "model",
+                                            "seq_len",   "batch",        "recompute", "zero_stage",
+                                            "num_heads", "num_kv_heads", "num_ranks", "groups",
+                                            "predicted", "provenance",   "planner",   "input_hash"};
 const std::vector<std::string> kGroupKeys = {"ranks", "tokens", "members"};
 const std::vector<std::string> kMemberKeys = {"rank", "device", "node", "tokens", "heads"};
-const std::vector<std::string> kPredictedKeys = {"iteration_seconds", "tokens_per_second",
-                                                 "ranks"};
-const std::vector<std::string> kRankPredictionKeys = {
-    "rank",          "memory_bytes",         "memory_capacity_bytes",
-    "compute_seconds", "exposed_comm_seconds", "total_comm_seconds"};
+const std::vector<std::string> kPredictedKeys = {"iteration_seconds", "tokens_per_second", "ranks"};
+const std::vector<std::string> kRankPredictionKeys = {"rank",
+                                                      "memory_bytes",
+                                                      "memory_capacity_bytes",
+                                                      "compute_seconds",
+                                                      "exposed_comm_seconds",
+                                                      "total_comm_seconds"};
 const std::vector<std::string> kProvenanceKeys = {"planner", "input_hash"};
 
 constexpr size_t kMaxShownChars = 60;
@@ -102,8 +103,8 @@ class Reader {
                       const std::vector<std::string>& keys, const std::string& what) const {
     const std::string where = path.empty() ? "the plan" : path;
     if (!value.is_object())
-      return Fail(where, Show(value), "must be an object", what + " is an object of " +
-                                                               JoinKeys(keys));
+      return Fail(where, Show(value), "must be an object",
+                  what + " is an object of " + JoinKeys(keys));
     for (const auto& [key, unused] : value.items()) {
       if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
       return Fail(Key(path, key), "", "unknown key " + Show(json(key)),
@@ -198,8 +199,8 @@ class Reader {
   }
 
  private:
-  Result<int64_t> InRange(int64_t number, const json& value, const std::string& path,
-                          int64_t min, int64_t max, const std::string& rule) const {
+  Result<int64_t> InRange(int64_t number, const json& value, const std::string& path, int64_t min,
+                          int64_t max, const std::string& rule) const {
     if (number < min || number > max)
       return Fail(path, Show(value), "out of range " + Bounds(min, max), rule);
     return number;
@@ -213,9 +214,8 @@ class Reader {
   if (!var##_result) return std::unexpected(var##_result.error()); \
   auto var = *var##_result
 
-#define HEXISEQ_TRY_VOID(expr)                  \
-  if (auto try_result = (expr); !try_result) \
-  return std::unexpected(try_result.error())
+#define HEXISEQ_TRY_VOID(expr) \
+  if (auto try_result = (expr); !try_result) return std::unexpected(try_result.error())
 
 const std::string kRankRule =
     "ranks are whole numbers in " + Bounds(0, kMaxRanks - 1) + " (docs/limits.md)";
@@ -235,9 +235,9 @@ Result<PlanMember> ReadMember(const Reader& reader, const json& value, const std
   }
   HEXISEQ_TRY(node_node, reader.Field(value, path, "node", false));
   if (node_node) {
-    HEXISEQ_TRY(node, reader.Int(*node_node, Key(path, "node"), 0, kMaxRanks - 1,
-                                 "node is the cluster's node index, in " +
-                                     Bounds(0, kMaxRanks - 1)));
+    HEXISEQ_TRY(node,
+                reader.Int(*node_node, Key(path, "node"), 0, kMaxRanks - 1,
+                           "node is the cluster's node index, in " + Bounds(0, kMaxRanks - 1)));
     member.node = static_cast<int>(node);
   }
   HEXISEQ_TRY(tokens_node, reader.Field(value, path, "tokens", true));
@@ -291,12 +291,11 @@ Result<RankPrediction> ReadRankPrediction(const Reader& reader, const json& valu
     HEXISEQ_TRY(rank, reader.Int(*it, Key(path, "rank"), 0, kMaxRanks - 1, kRankRule));
     prediction.rank = static_cast<int>(rank);
   }
-  for (auto [key, target] :
-       {std::pair{"memory_bytes", &prediction.memory_bytes},
-        {"memory_capacity_bytes", &prediction.memory_capacity_bytes},
-        {"compute_seconds", &prediction.compute_seconds},
-        {"exposed_comm_seconds", &prediction.exposed_comm_seconds},
-        {"total_comm_seconds", &prediction.total_comm_seconds}}) {
+  for (auto [key, target] : {std::pair{"memory_bytes", &prediction.memory_bytes},
+                             {"memory_capacity_bytes", &prediction.memory_capacity_bytes},
+                             {"compute_seconds", &prediction.compute_seconds},
+                             {"exposed_comm_seconds", &prediction.exposed_comm_seconds},
+                             {"total_comm_seconds", &prediction.total_comm_seconds}}) {
     auto it = value.find(key);
     if (it == value.end()) continue;
     HEXISEQ_TRY(number, reader.Number(*it, Key(path, key)));
@@ -321,8 +320,7 @@ Result<PlanPrediction> ReadPrediction(const Reader& reader, const json& value) {
     return reader.Fail("predicted.ranks", Show(*ranks), "must be a list",
                        "one prediction per rank, at most " + std::to_string(kMaxRanks));
   for (size_t index = 0; index < ranks->size(); ++index) {
-    HEXISEQ_TRY(rank, ReadRankPrediction(reader, (*ranks)[index],
-                                         Index("predicted.ranks", index)));
+    HEXISEQ_TRY(rank, ReadRankPrediction(reader, (*ranks)[index], Index("predicted.ranks", index)));
     prediction.ranks.push_back(rank);
   }
   return prediction;
@@ -331,8 +329,8 @@ Result<PlanPrediction> ReadPrediction(const Reader& reader, const json& value) {
 // `planner` and `input_hash`, under "provenance" (as written) or at the top level.
 Result<void> ReadProvenance(const Reader& reader, const json& plan_json, Plan& plan) {
   auto read = [&](const json& object, const std::string& path) -> Result<void> {
-    for (auto [key, target] : {std::pair{"planner", &plan.planner},
-                               {"input_hash", &plan.input_hash}}) {
+    for (auto [key, target] :
+         {std::pair{"planner", &plan.planner}, {"input_hash", &plan.input_hash}}) {
       auto it = object.find(key);
       if (it == object.end()) continue;
       HEXISEQ_TRY(text, reader.String(*it, Key(path, key)));
@@ -355,9 +353,10 @@ Result<void> ReadHeader(const Reader& reader, const json& plan_json, Plan& plan)
     return reader.Fail("format", Show(*format_node), std::string("must be \"") + kPlanFormat + "\"",
                        "the plan format this version of hexiseq reads", kRegenerateHint);
   plan.format = format;
-  for (auto [key, target] :
-       {std::pair{"strategy", &plan.strategy}, {"config", &plan.config}, {"model", &plan.model},
-        {"recompute", &plan.recompute}}) {
+  for (auto [key, target] : {std::pair{"strategy", &plan.strategy},
+                             {"config", &plan.config},
+                             {"model", &plan.model},
+                             {"recompute", &plan.recompute}}) {
     HEXISEQ_TRY(node, reader.Field(plan_json, "", key, false));
     if (!node) continue;
     HEXISEQ_TRY(text, reader.String(*node, key));
@@ -419,8 +418,10 @@ size_t FindTooDeep(const std::string& text, int max_depth) {
   for (size_t offset = 0; offset < text.size(); ++offset) {
     const char c = text[offset];
     if (in_string) {
-      if (c == '\\') ++offset;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++offset;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {

@@ -224,7 +224,8 @@ Result<void> Validate(const Plan& plan, const Cluster& cluster, const ModelSpec&
       const std::string& want = cluster.device(member.rank).name;
       if (!member.device.empty() && member.device != want)
         v.Add(mp + ".device = \"" + member.device + "\" but rank " + std::to_string(member.rank) +
-              " is a " + want + " in this cluster (hint: was the plan made for another cluster file?)");
+              " is a " + want +
+              " in this cluster (hint: was the plan made for another cluster file?)");
       const int node = cluster.ranks[member.rank].node;
       if (member.node >= 0 && member.node != node)
         v.Add(mp + ".node = " + std::to_string(member.node) + " but rank " +

@@ -268,8 +268,8 @@ std::string DescribeDisagreement(const std::vector<T>& values, Format format) {
   for (const auto& [value, ranks] : ranks_by_value) {
     std::string list;
     for (int rank : ranks) list += (list.empty() ? "" : ", ") + std::to_string(rank);
-    text += (text.empty() ? "" : "; ") + std::string(ranks.size() > 1 ? "ranks " : "rank ") +
-            list + (ranks.size() > 1 ? " use " : " uses ") + format(value);
+    text += (text.empty() ? "" : "; ") + std::string(ranks.size() > 1 ? "ranks " : "rank ") + list +
+            (ranks.size() > 1 ? " use " : " uses ") + format(value);
   }
   return text;
 }
@@ -296,23 +296,25 @@ Result<void> CheckOptionAgreement(Comm& world, const AttnCheckOptions& options) 
   auto differs = [](const auto& values) {
     return std::adjacent_find(values.begin(), values.end(), std::not_equal_to<>()) != values.end();
   };
-  const std::string hint = " (rule: every rank runs the same check; hint: give every rank the "
-                           "same flags)";
+  const std::string hint =
+      " (rule: every rank runs the same check; hint: give every rank the "
+      "same flags)";
   if (differs(seeds))
-    return InvalidArgument("attn-check: --seed differs across ranks: " +
-                           DescribeDisagreement(seeds, [](uint64_t v) { return std::to_string(v); }) +
-                           hint);
+    return InvalidArgument(
+        "attn-check: --seed differs across ranks: " +
+        DescribeDisagreement(seeds, [](uint64_t v) { return std::to_string(v); }) + hint);
   if (differs(head_dims))
     return InvalidArgument(
         "attn-check: --head-dim differs across ranks: " +
         DescribeDisagreement(head_dims, [](int64_t v) { return std::to_string(v); }) + hint);
   if (differs(tolerances))
     return InvalidArgument("attn-check: --tolerance differs across ranks: " +
-                           DescribeDisagreement(tolerances, [](double v) {
-                             char text[32];
-                             std::snprintf(text, sizeof text, "%g", v);
-                             return std::string(text);
-                           }) +
+                           DescribeDisagreement(tolerances,
+                                                [](double v) {
+                                                  char text[32];
+                                                  std::snprintf(text, sizeof text, "%g", v);
+                                                  return std::string(text);
+                                                }) +
                            hint);
   return {};
 }

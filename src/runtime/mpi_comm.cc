@@ -3,7 +3,6 @@
 #include "runtime/mpi_comm.h"
 
 #include <mpi.h>
-
 #include <pthread.h>
 #include <unistd.h>
 
@@ -240,8 +239,10 @@ MpiWatchdog::MpiWatchdog(std::string what, double timeout_seconds)
   if (state.size == 1) return;  // nobody to wait for
   if (level < MPI_THREAD_MULTIPLE) {
     if (state.rank == 0)
-      std::fprintf(stderr, "hexiseq: %s: the watchdog is off: MPI was not initialized with "
-                   "MPI_THREAD_MULTIPLE\n", what_.c_str());
+      std::fprintf(stderr,
+                   "hexiseq: %s: the watchdog is off: MPI was not initialized with "
+                   "MPI_THREAD_MULTIPLE\n",
+                   what_.c_str());
     return;
   }
   MPI_Comm_dup(MPI_COMM_WORLD, &state.comm);
@@ -273,8 +274,10 @@ void MpiWatchdog::Run() {
       const double silent = SecondsSince(state.last_heard[peer]);
       if (silent > timeout_seconds_) {
         char text[160];
-        std::snprintf(text, sizeof text, "no heartbeat from rank %d for %.0f s: it is stopped, "
-                      "hung or dead", peer, silent);
+        std::snprintf(text, sizeof text,
+                      "no heartbeat from rank %d for %.0f s: it is stopped, "
+                      "hung or dead",
+                      peer, silent);
         Fail(text);
       }
     }

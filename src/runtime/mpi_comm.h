@@ -1,7 +1,8 @@
 // The MPI implementation of Comm (OpenMPI): MPI_Isend/MPI_Irecv, MPI_Alltoallv, MPI_Allreduce,
 // MPI_Allgather, MPI_Barrier, MPI_Comm_split. MPI is initialized with MPI_THREAD_MULTIPLE: the
-// rank's main thread makes every Comm call; an MpiWatchdog's thread uses its own communicator. Message sizes are limited to INT_MAX bytes per message (MPI
-// 3 counts); the distributed attention checks that before it starts.
+// rank's main thread makes every Comm call; an MpiWatchdog's thread uses its own communicator.
+// Message sizes are limited to INT_MAX bytes per message (MPI 3 counts); the distributed attention
+// checks that before it starts.
 #pragma once
 
 #include <atomic>

@@ -100,10 +100,10 @@ Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
   }
 
   if (static_cast<int64_t>(nodes.size()) > kMaxNodeKinds) {
-    return InvalidArgument(FieldMessage(field("nodes"), "", std::to_string(nodes.size()) +
-                                        " node kinds", "at most " + std::to_string(kMaxNodeKinds) +
-                                        " node kinds (docs/limits.md)",
-                                        "give identical nodes as one kind with a count"));
+    return InvalidArgument(
+        FieldMessage(field("nodes"), "", std::to_string(nodes.size()) + " node kinds",
+                     "at most " + std::to_string(kMaxNodeKinds) + " node kinds (docs/limits.md)",
+                     "give identical nodes as one kind with a count"));
   }
   std::vector<std::string> kind_names;  // `name:` of each kind, or "" when not given
   int64_t total_ranks = 0;
@@ -154,10 +154,10 @@ Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
     kind.gpus_per_node = static_cast<int>(*per_node);
     total_ranks += *count * *per_node;
     if (total_ranks > kMaxRanks) {
-      return InvalidArgument(
-          FieldMessage(where, "", "the cluster has " + std::to_string(total_ranks) + " GPUs so far",
-                       "at most " + std::to_string(kMaxRanks) + " GPUs in a cluster (docs/limits.md)",
-                       "check count and gpus_per_node"));
+      return InvalidArgument(FieldMessage(
+          where, "", "the cluster has " + std::to_string(total_ranks) + " GPUs so far",
+          "at most " + std::to_string(kMaxRanks) + " GPUs in a cluster (docs/limits.md)",
+          "check count and gpus_per_node"));
     }
 
     kind.intra_node_bytes_per_second = kind.device.intra_node_bytes_per_second;

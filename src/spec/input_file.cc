@@ -87,8 +87,8 @@ Result<std::string> ReadInputFile(const std::string& path, const std::string& wh
   }
   if (info.st_size > max_bytes) {
     return IoError(path + ": the " + what + " is " + SizeText(info.st_size) + ", larger than " +
-                   SizeText(max_bytes) + " (rule: input files are at most " +
-                   SizeText(max_bytes) + "; hint: check that the path names the intended file)");
+                   SizeText(max_bytes) + " (rule: input files are at most " + SizeText(max_bytes) +
+                   "; hint: check that the path names the intended file)");
   }
   // Back to blocking reads: regular files never block, and some filesystems reject O_NONBLOCK.
   fcntl(fd.get(), F_SETFL, fcntl(fd.get(), F_GETFL) & ~O_NONBLOCK);

@@ -26,9 +26,9 @@ inline constexpr int64_t kMaxPlanFileBytes = int64_t{512} << 20;  // plan JSON
 inline constexpr int kMaxJsonDepth = 64;  // nesting of a plan (a valid plan nests 5 deep)
 
 // Physical plausibility ranges (inclusive).
-inline constexpr double kMinBandwidthBytesPerSecond = 1e6;   // 1 MB/s
-inline constexpr double kMaxBandwidthBytesPerSecond = 1e14;  // 100 TB/s
-inline constexpr double kMinMemoryBytes = 1024.0 * 1024.0;   // 1 MiB
+inline constexpr double kMinBandwidthBytesPerSecond = 1e6;     // 1 MB/s
+inline constexpr double kMaxBandwidthBytesPerSecond = 1e14;    // 100 TB/s
+inline constexpr double kMinMemoryBytes = 1024.0 * 1024.0;     // 1 MiB
 inline constexpr double kMaxMemoryBytes = 1125899906842624.0;  // 1 PiB
 inline constexpr double kMinPeakTflops = 1e-3;
 inline constexpr double kMaxPeakTflops = 1e6;

@@ -153,9 +153,8 @@ Result<ModelSpec> ParseModelRoot(const YAML::Node& root, const std::string& file
       return InvalidArgument(FieldMessage(field(required.key), "", "missing", required_rule,
                                           std::string(required.hint) + "; " + example));
     }
-    auto value =
-        spec_internal::ReadInt(node, field(required.key), 1, required.max,
-                               required_rule + " (bounds: docs/limits.md)", required.hint);
+    auto value = spec_internal::ReadInt(node, field(required.key), 1, required.max,
+                                        required_rule + " (bounds: docs/limits.md)", required.hint);
     if (!value) return std::unexpected(value.error());
     *required.target = static_cast<int>(*value);
   }
@@ -293,19 +292,18 @@ Result<Recompute> ParseRecompute(const std::string& text) {
 
 Result<void> ValidateWorkload(const Workload& w) {
   if (w.seq_len < 1 || w.seq_len > kMaxSeqLen) {
-    return InvalidArgument(FieldMessage("--seq", std::to_string(w.seq_len),
-                                        w.seq_len < 1 ? "must be >= 1"
-                                                      : "must be <= " + std::to_string(kMaxSeqLen),
-                                        "a whole number of tokens >= 1, optionally with suffix "
-                                        "K (x1024) or M (x1048576)",
-                                        "write 256K or 1M"));
+    return InvalidArgument(
+        FieldMessage("--seq", std::to_string(w.seq_len),
+                     w.seq_len < 1 ? "must be >= 1" : "must be <= " + std::to_string(kMaxSeqLen),
+                     "a whole number of tokens >= 1, optionally with suffix "
+                     "K (x1024) or M (x1048576)",
+                     "write 256K or 1M"));
   }
   if (w.batch < 1 || w.batch > kMaxBatch) {
-    return InvalidArgument(FieldMessage("--batch", std::to_string(w.batch),
-                                        w.batch < 1 ? "must be >= 1"
-                                                    : "must be <= " + std::to_string(kMaxBatch),
-                                        "sequences per iteration, a whole number >= 1",
-                                        "write --batch 1"));
+    return InvalidArgument(
+        FieldMessage("--batch", std::to_string(w.batch),
+                     w.batch < 1 ? "must be >= 1" : "must be <= " + std::to_string(kMaxBatch),
+                     "sequences per iteration, a whole number >= 1", "write --batch 1"));
   }
   if (w.zero_stage < 0 || w.zero_stage > 3) {
     return InvalidArgument(FieldMessage("--zero", std::to_string(w.zero_stage),

@@ -132,10 +132,9 @@ Result<int64_t> ParseTokenCount(const std::string& raw, const std::string& where
         FieldMessage(where, Quote(raw), "not a whole number of tokens", rule, hint));
   }
   if (tokens > static_cast<double>(kMaxSeqLen)) {
-    return InvalidArgument(FieldMessage(where, Quote(raw),
-                                        "too large: at most " + std::to_string(kMaxSeqLen) +
-                                            " tokens (2G)",
-                                        rule + "; the bounds are in docs/limits.md", hint));
+    return InvalidArgument(FieldMessage(
+        where, Quote(raw), "too large: at most " + std::to_string(kMaxSeqLen) + " tokens (2G)",
+        rule + "; the bounds are in docs/limits.md", hint));
   }
   return static_cast<int64_t>(tokens);
 }

@@ -1,8 +1,7 @@
 // The hexiseq command end to end: exit codes (0 ok, 1 bad input or infeasible, 2 bad usage) and
 // messages that name the field, the value, the rule and a hint. stdout carries results only.
 #include <gtest/gtest.h>
-
-#include "cli/cli_test_util.h"
+#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
@@ -11,7 +10,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <sys/wait.h>
+
+#include "cli/cli_test_util.h"
 
 namespace {
 

@@ -6,7 +6,6 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
-
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -48,14 +47,18 @@ TEST(CliHardening, AbsurdFlagValuesAreUsageErrors) {
 
 TEST(CliHardening, ImplausibleBandwidthsAndLatenciesNameFileAndField) {
   for (const char* value : {"1e-300 GB/s", "1e30 GB/s", "1e-320 B/s", "0.5 B/s"}) {
-    const std::string cluster = Write("bw.yaml", std::string(kSmallCluster) +
-                                                     "links:\n  - {between: [H100-SXM, A100-SXM-80G], "
-                                                     "bandwidth: " + value + "}\n");
+    const std::string cluster =
+        Write("bw.yaml", std::string(kSmallCluster) +
+                             "links:\n  - {between: [H100-SXM, A100-SXM-80G], "
+                             "bandwidth: " +
+                             value + "}\n");
     SCOPED_TRACE(value);
-    ExpectBadInput(Hexiseq("compare --cluster " + cluster + " --model llama3-8b --seq 16K"),
-                   {"bw.yaml: links[0].bandwidth", "outside the plausible range", "docs/limits.md"});
+    ExpectBadInput(
+        Hexiseq("compare --cluster " + cluster + " --model llama3-8b --seq 16K"),
+        {"bw.yaml: links[0].bandwidth", "outside the plausible range", "docs/limits.md"});
   }
-  const std::string slow = Write("lat.yaml", std::string(kSmallCluster) + "inter_node_latency: 5 s\n");
+  const std::string slow =
+      Write("lat.yaml", std::string(kSmallCluster) + "inter_node_latency: 5 s\n");
   ExpectBadInput(Hexiseq("compare --cluster " + slow + " --model llama3-8b --seq 16K"),
                  {"lat.yaml: inter_node_latency", "must be <= 1 s"});
 }
@@ -71,8 +74,8 @@ TEST(CliHardening, PlanFileValuesAreBlamedOnTheFileNotAFlag) {
     nlohmann::json bad = plan;
     bad[key] = value;
     const std::string path = Write("bad_" + std::string(key) + ".json", bad.dump());
-    const CmdResult r = Hexiseq("validate --plan " + path + " --cluster " + SmallCluster() +
-                                " --model llama3-8b");
+    const CmdResult r =
+        Hexiseq("validate --plan " + path + " --cluster " + SmallCluster() + " --model llama3-8b");
     SCOPED_TRACE(key);
     const std::string where = "hexiseq: " + path + ": " + key + " = ";
     ExpectBadInput(r, {where.c_str()});
@@ -85,9 +88,9 @@ TEST(CliHardening, SpecialFilesAreRefusedWithoutBlocking) {
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   // Under `timeout`: a regression that opens the FIFO for reading would block forever.
   const std::string cluster = SmallCluster();
-  ExpectBadInput(Hexiseq("validate --plan " + fifo + " --cluster " + cluster + " --model llama3-8b",
-                         20),
-                 {"is a FIFO"});
+  ExpectBadInput(
+      Hexiseq("validate --plan " + fifo + " --cluster " + cluster + " --model llama3-8b", 20),
+      {"is a FIFO"});
   ExpectBadInput(Hexiseq("plan --cluster " + fifo + " --model llama3-8b --seq 1K", 20),
                  {"is a FIFO"});
   ExpectBadInput(Hexiseq("plan --cluster /dev/zero --model llama3-8b --seq 1K"),

@@ -28,8 +28,9 @@ Plan GoodPlan() {
   plan.num_heads = 2;
   plan.num_kv_heads = 1;
   plan.num_ranks = 3;
-  plan.groups = {{{0, 1}, {{0, 8}}, {{0, "H100-SXM", 0, {{0, 5}}, {0, 1}},
-                                     {1, "H100-SXM", 0, {{5, 8}}, {0, 1}}}},
+  plan.groups = {{{0, 1},
+                  {{0, 8}},
+                  {{0, "H100-SXM", 0, {{0, 5}}, {0, 1}}, {1, "H100-SXM", 0, {{5, 8}}, {0, 1}}}},
                  {{2}, {}, {{2, "", 1, {}, {}}}}};
   plan.groups[0].members[1].heads = {1};
   plan.groups[0].members[0].heads = {0};
@@ -72,8 +73,9 @@ TEST(PlanJson, WrongTypesInPredictionAndProvenanceAreErrors) {
               {"p.json: predicted.ranks[0].memory_bytes = \"big\": must be a number"});
   ExpectError(ErrorOf([](json& j) { j["predicted"]["ranks"][0]["rank"] = "0"; }),
               {"p.json: predicted.ranks[0].rank = \"0\": must be an integer"});
-  ExpectError(ErrorOf([](json& j) { j["predicted"]["ranks"][0]["compute_seconds"] = json::array(); }),
-              {"predicted.ranks[0].compute_seconds = a list of 0 items: must be a number"});
+  ExpectError(
+      ErrorOf([](json& j) { j["predicted"]["ranks"][0]["compute_seconds"] = json::array(); }),
+      {"predicted.ranks[0].compute_seconds = a list of 0 items: must be a number"});
   ExpectError(ErrorOf([](json& j) { j["predicted"]["ranks"][0] = 7; }),
               {"predicted.ranks[0] = 7: must be an object"});
   ExpectError(ErrorOf([](json& j) { j["predicted"]["ranks"] = "none"; }),
@@ -85,7 +87,8 @@ TEST(PlanJson, WrongTypesInPredictionAndProvenanceAreErrors) {
               {"p.json: provenance.planner = 5: must be a string"});
   ExpectError(ErrorOf([](json& j) { j["provenance"]["input_hash"] = json::object(); }),
               {"provenance.input_hash = an object of 0 keys: must be a string"});
-  ExpectError(ErrorOf([](json& j) { j["provenance"] = "x"; }), {"provenance = \"x\": must be an object"});
+  ExpectError(ErrorOf([](json& j) { j["provenance"] = "x"; }),
+              {"provenance = \"x\": must be an object"});
   ExpectError(ErrorOf([](json& j) { j["planner"] = true; }), {"planner = true: must be a string"});
 }
 
@@ -93,9 +96,16 @@ TEST(PlanJson, EveryFieldWithEveryWrongTypeIsAnErrorNotACrash) {
   // Replace each value of the good plan, one at a time, with each hostile value. The reader
   // must return (an error, or a plan when the value happens to be legal); gtest fails the test
   // on any exception.
-  const json hostile[] = {json("x"), json(-1), json(1e30), json(9223372036854775807LL),
-                          json(18446744073709551615ULL), json(1.5), json::array(),
-                          json::object(), json(nullptr), json(true)};
+  const json hostile[] = {json("x"),
+                          json(-1),
+                          json(1e30),
+                          json(9223372036854775807LL),
+                          json(18446744073709551615ULL),
+                          json(1.5),
+                          json::array(),
+                          json::object(),
+                          json(nullptr),
+                          json(true)};
   const json good = GoodJson();
   int cases = 0, rejected = 0;
   std::function<void(const json::json_pointer&, const json&)> visit =
@@ -142,7 +152,8 @@ TEST(PlanJson, IntegersAreRangeCheckedNeverTruncated) {
   ExpectError(ErrorOf([](json& j) { j["num_heads"] = 2000000000; }),
               {"num_heads = 2000000000: out of range [1, 4096]"});
   ExpectError(ErrorOf([](json& j) { j["batch"] = 0; }), {"batch = 0: out of range"});
-  ExpectError(ErrorOf([](json& j) { j["zero_stage"] = 4; }), {"zero_stage = 4: out of range [0, 3]"});
+  ExpectError(ErrorOf([](json& j) { j["zero_stage"] = 4; }),
+              {"zero_stage = 4: out of range [0, 3]"});
   ExpectError(ErrorOf([](json& j) {
                 j["groups"][0]["tokens"][0] = json::array(
                     {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()});
@@ -242,7 +253,8 @@ TEST(PlanJson, NodeIsCheckedAgainstTheClusterAndOptional) {
 class PlanFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() / ("hexiseq_plan_json_" + std::to_string(getpid()));
+    dir_ =
+        std::filesystem::temp_directory_path() / ("hexiseq_plan_json_" + std::to_string(getpid()));
     std::filesystem::create_directories(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -269,9 +281,7 @@ TEST_F(PlanFileTest, SpecialFilesAreRefusedBeforeReading) {
 
 TEST_F(PlanFileTest, FilesAboveTheSizeLimitAreRefused) {
   const std::string big = Path("big.json");
-  {
-    std::ofstream out(big);
-  }
+  { std::ofstream out(big); }
   ASSERT_EQ(truncate(big.c_str(), kMaxPlanFileBytes + 1), 0);  // sparse: costs no disk
   ExpectIoError(big, "larger than 512 MiB");
 }

@@ -52,14 +52,7 @@ std::string Index(const std::string& path, size_t index) {
 std::string Key(const std::string& path, const std::string& key) {
   return path.empty() ? key : path + "." + key;
 }
-std::string Bounds(int64_t min, int64_t max) {
-  std::string text = "[";  // built stepwise: g++ 12 warns falsely (-Wrestrict) on "[" + string
-  text += std::to_string(min);
-  text += ", ";
-  text += std::to_string(max);
-  text += "]";
-  return text;
-}
+std::string Bounds(int64_t min, int64_t max) { return IntervalText(min, max, /*closed=*/true); }
 
 // A JSON value for a message: a scalar as JSON text cut to a readable length; a list or an
 // object by its size only (it may be huge or deeply nested).

@@ -7,6 +7,15 @@
 
 namespace hexiseq {
 
+std::string IntervalText(int64_t low, int64_t high, bool closed) {
+  std::string text = "[";  // built stepwise: g++ 12 warns falsely (-Wrestrict) on "[" + string
+  text += std::to_string(low);
+  text += ", ";
+  text += std::to_string(high);
+  text += closed ? "]" : ")";
+  return text;
+}
+
 int64_t TotalTokens(const Ranges& ranges) {
   int64_t total = 0;
   for (const Range& r : ranges) total += r.size();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace hexiseq {
@@ -18,6 +19,8 @@ struct Range {
 using Ranges = std::vector<Range>;
 
 int64_t TotalTokens(const Ranges& ranges);
+// "[low, high)" when `closed` is false, "[low, high]" when true (for messages).
+std::string IntervalText(int64_t low, int64_t high, bool closed = false);
 
 // Pairs (q, k) with q in [qa, qb), k in [kc, kd), k <= q.
 int64_t CausalPairs(Range queries, Range keys);

@@ -9,14 +9,7 @@
 namespace hexiseq {
 namespace {
 
-std::string RangeText(int64_t a, int64_t b) {
-  std::string text = "[";  // built stepwise: g++ 12 warns falsely (-Wrestrict) on "[" + string
-  text += std::to_string(a);
-  text += ", ";
-  text += std::to_string(b);
-  text += ")";
-  return text;
-}
+std::string RangeText(int64_t begin, int64_t end) { return IntervalText(begin, end); }
 
 class Violations {
  public:

@@ -55,6 +55,38 @@ const std::vector<std::string> kKindKeys = {
     "latency"};
 const std::vector<std::string> kLinkKeys = {"between", "bandwidth"};
 
+// True when the two kinds differ at most in their node count.
+bool SameExceptCount(const NodeKind& a, NodeKind b) {
+  b.count = a.count;
+  return a == b;
+}
+
+// Adjacent node kinds that are identical (same device, links, efficiencies and latency; no
+// `links:` entry names either) become one kind with their counts added. Rank numbering does not
+// change, and the planner, whose work grows with the number of kinds, sees one kind instead of
+// thousands of identical one-GPU entries.
+void MergeIdenticalNeighbours(Cluster& cluster) {
+  std::vector<bool> linked(cluster.kinds.size(), false);
+  for (const LinkOverride& link : cluster.links) linked[link.kind_a] = linked[link.kind_b] = true;
+  std::vector<int> new_index(cluster.kinds.size());
+  std::vector<NodeKind> merged;
+  for (size_t kind = 0; kind < cluster.kinds.size(); ++kind) {
+    const NodeKind& current = cluster.kinds[kind];
+    if (kind > 0 && !linked[kind] && !linked[kind - 1] &&
+        SameExceptCount(merged.back(), current)) {
+      merged.back().count += current.count;
+    } else {
+      merged.push_back(current);
+    }
+    new_index[kind] = static_cast<int>(merged.size()) - 1;
+  }
+  for (LinkOverride& link : cluster.links) {
+    link.kind_a = new_index[link.kind_a];
+    link.kind_b = new_index[link.kind_b];
+  }
+  cluster.kinds = std::move(merged);
+}
+
 Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
                           const DeviceCatalog& catalog) {
   auto top = CheckedEntries(root, file + ":", kTopKeys, "a cluster file");
@@ -260,6 +292,7 @@ Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
       }
     }
   }
+  MergeIdenticalNeighbours(cluster);
   cluster.Finalize();
   return cluster;
 }

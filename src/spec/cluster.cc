@@ -72,8 +72,7 @@ void MergeIdenticalNeighbours(Cluster& cluster) {
   std::vector<NodeKind> merged;
   for (size_t kind = 0; kind < cluster.kinds.size(); ++kind) {
     const NodeKind& current = cluster.kinds[kind];
-    if (kind > 0 && !linked[kind] && !linked[kind - 1] &&
-        SameExceptCount(merged.back(), current)) {
+    if (kind > 0 && !linked[kind] && !linked[kind - 1] && SameExceptCount(merged.back(), current)) {
       merged.back().count += current.count;
     } else {
       merged.push_back(current);

@@ -482,7 +482,8 @@ TEST(ClusterTest, MutatedInputsNeverCrash) {
 
 TEST(ClusterTest, IdenticalNeighbourKindsAreMergedKeepingRankOrder) {
   std::string text = "nodes:\n";
-  for (int entry = 0; entry < 3; ++entry) text += "  - {gpu: H100-SXM, count: 1, gpus_per_node: 2}\n";
+  for (int entry = 0; entry < 3; ++entry)
+    text += "  - {gpu: H100-SXM, count: 1, gpus_per_node: 2}\n";
   text += "  - {gpu: A100-SXM-80G, count: 1, gpus_per_node: 2}\n";
   text += "  - {gpu: H100-SXM, count: 2, gpus_per_node: 2}\n";  // not adjacent to the others
   auto cluster = Parse(text + "inter_node: 25 GB/s\n");

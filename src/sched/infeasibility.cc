@@ -109,9 +109,11 @@ std::string ExplainInfeasible(const CostModel& model) {
       if (lo * kSeqQuantum < workload.seq_len)
         hints.push_back("a shorter --seq of at most " + SeqText(lo * kSeqQuantum) + " fits");
     } else {
+      // Never suggest a setting already in force.
+      const std::string remedy =
+          workload.zero_stage < 3 ? "try more devices or --zero 3" : "try more devices";
       hints.push_back("even --seq " + SeqText(std::min<int64_t>(kSeqQuantum, workload.seq_len)) +
-                      " does not fit (the model state alone is too large: try more devices or "
-                      "--zero 3)");
+                      " does not fit (the model state alone is too large: " + remedy + ")");
     }
   }
   if (!hints.empty()) {

@@ -132,6 +132,22 @@ TEST(Cli, WorkloadThatFitsNowhereIsInfeasible) {
   ExpectBadInput(r, {"infeasible", "rank", "needs", "has", "hint"});
 }
 
+// The hint never suggests a setting already in force (ZeRO-3 is the default).
+TEST(Cli, InfeasibilityHintOmitsSettingsInForce) {
+  const std::string cluster = Write("three-kinds.yaml",
+                                    "nodes:\n"
+                                    "  - {gpu: H100-SXM, count: 1, gpus_per_node: 2}\n"
+                                    "  - {gpu: A100-40G, count: 1, gpus_per_node: 2}\n"
+                                    "  - {gpu: L40S, count: 1, gpus_per_node: 2}\n"
+                                    "inter_node: 25 GB/s\n");
+  const std::string args = " --cluster " + cluster + " --model llama3-70b --seq 128K";
+  const CmdResult zero3 = Hexiseq("plan" + args);
+  ExpectBadInput(zero3, {"infeasible", "hint", "try more devices"});
+  EXPECT_EQ(zero3.err.find("--zero 3"), std::string::npos) << zero3.err;
+  const CmdResult zero1 = Hexiseq("plan" + args + " --zero 1");
+  ExpectBadInput(zero1, {"infeasible", "hint", "--zero 3"});
+}
+
 TEST(Cli, CorruptedPlansFailWithTheRightMessage) {
   const std::string cluster = Write("c.yaml", kGoodCluster);
   const std::string path = TempDir() + "/good.json";

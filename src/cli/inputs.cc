@@ -1,8 +1,10 @@
 #include "cli/inputs.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "plan/plan.h"
+#include "spec/limits.h"
 #include "spec/units.h"
 
 namespace hexiseq::cli {
@@ -14,14 +16,31 @@ void AddInputFlags(CLI::App* cmd, InputFlags& flags, bool workload) {
                   "YAML device table overriding catalog rows (peaks, efficiencies)");
   if (!workload) return;
   cmd->add_option("--seq", flags.seq, "Sequence length, e.g. 256K, 1M, 131072")->required();
-  cmd->add_option("--batch", flags.batch, "Sequences per iteration")->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", flags.batch, "Sequences per iteration")
+      ->check(CLI::Range(int64_t{1}, kMaxBatch));
   cmd->add_option("--recompute", flags.recompute, "Activation recompute: full|selective|none")
       ->check(CLI::IsMember({"full", "selective", "none"}));
   cmd->add_option("--zero", flags.zero, "ZeRO stage 0..3")->check(CLI::Range(0, 3));
   cmd->add_option("--memory-reserve", flags.memory_reserve,
                   "Fraction of each device's memory kept free")
-      ->check(CLI::Range(0.0, 0.95));
+      ->check(FiniteRange(0.0, 0.95));
 }
+
+CLI::Validator FiniteRange(double min, double max) {
+  const std::string range =
+      "[" + CLI::detail::to_string(min) + ", " + CLI::detail::to_string(max) + "]";
+  return CLI::Validator(
+      [min, max, range](std::string& text) -> std::string {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value)) return "Value " + text + " is not a number";
+        if (!std::isfinite(value) || value < min || value > max)
+          return "Value " + text + " must be a finite number in " + range;
+        return "";
+      },
+      "FINITE in " + range);
+}
+
+CLI::Validator TimeLimitRange() { return FiniteRange(0.0, kMaxTimeLimitSeconds); }
 
 Result<std::unique_ptr<CostModel>> LoadInputs(const InputFlags& flags, const Plan* plan) {
   DeviceCatalog catalog;

@@ -29,6 +29,11 @@ void AddInputFlags(CLI::App* cmd, InputFlags& flags, bool workload);
 // `plan` when given (explain/validate/simulate score a plan with its own workload).
 Result<std::unique_ptr<CostModel>> LoadInputs(const InputFlags& flags, const Plan* plan = nullptr);
 
+// A CLI11 check: a finite number in [min, max] (CLI::Range lets nan through).
+CLI::Validator FiniteRange(double min, double max);
+// --time-limit: seconds in [0, kMaxTimeLimitSeconds].
+CLI::Validator TimeLimitRange();
+
 // A left-aligned text table: first row is the header.
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
 std::string Fixed(double value, int digits);

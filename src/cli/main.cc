@@ -1,5 +1,8 @@
 // Entry point: registers the subcommands, parses, runs the chosen action.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <iostream>
 
 #include "cli/cli.h"
 
@@ -8,6 +11,16 @@ namespace hexiseq::cli {
 int ReportError(const Error& error) {
   std::fprintf(stderr, "hexiseq: %s\n", error.message.c_str());
   return error.code == ErrorCode::kInternal ? 3 : 1;
+}
+
+// Results that could not be written (a full disk, a closed pipe) are a failure, never exit 0.
+int FlushResults(int exit_code) {
+  std::cout.flush();
+  if (std::fflush(stdout) != 0 || std::ferror(stdout) || !std::cout) {
+    std::fprintf(stderr, "hexiseq: cannot write the results to stdout: %s\n", std::strerror(errno));
+    return exit_code == 0 ? 1 : exit_code;
+  }
+  return exit_code;
 }
 
 }  // namespace hexiseq::cli
@@ -37,7 +50,7 @@ int main(int argc, char** argv) {
   }
   for (const CLI::App* sub : app.get_subcommands()) {
     auto it = actions.find(sub);
-    if (it != actions.end()) return it->second();
+    if (it != actions.end()) return FlushResults(it->second());
   }
   std::fprintf(stderr, "hexiseq: no command given (try --help)\n");
   return 2;

@@ -1,4 +1,8 @@
 // plan, compare, validate, explain: parse, load, call the planner, print.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -9,9 +13,6 @@
 #include "sched/scheduler.h"
 #include "sched/strategies.h"
 #include "spec/units.h"
-
-#include <chrono>
-#include <unistd.h>
 
 namespace hexiseq::cli {
 namespace {
@@ -129,9 +130,21 @@ int RunCompare(const PlanFlags& f) {
   const std::vector<StrategyResult>& results = comparison->results;
   const double best_baseline = comparison->best_baseline_seconds;
   const double ideal = comparison->ideal_seconds;
+  const bool any_feasible =
+      std::any_of(results.begin(), results.end(),
+                  [](const StrategyResult& r) { return r.applicable && r.feasible(); });
+  // The comparison is still printed (it says why each strategy fails), but nothing fits.
+  const int exit_code =
+      any_feasible
+          ? 0
+          : ReportError(
+                Error{ErrorCode::kInfeasible,
+                      "infeasible: no strategy fits this workload on this cluster "
+                      "(each strategy's reason is in the comparison; hint: a shorter --seq, more "
+                      "memory or --recompute full)"});
   if (f.format == "json") {
     std::cout << ComparisonToJson(*comparison) << "\n";
-    return 0;
+    return exit_code;
   }
   std::vector<std::vector<std::string>> rows = {{"strategy", "config", "feasible", "iter s",
                                                  "tokens/s", "vs best baseline", "of ideal",
@@ -160,7 +173,7 @@ int RunCompare(const PlanFlags& f) {
               model.IdealTokensPerSecond());
   std::fputs(FormatTable(rows).c_str(), stdout);
   for (const std::string& n : notes) std::printf("  %s\n", n.c_str());
-  return 0;
+  return exit_code;
 }
 
 Result<std::pair<Plan, std::unique_ptr<CostModel>>> LoadPlanAndInputs(const std::string& path,
@@ -242,7 +255,7 @@ void AddPlanningCommands(CLI::App& app, Actions& actions) {
   plan->add_option("-o,--output", plan_flags.output, "Write the plan JSON to this file");
   plan->add_option("--time-limit", plan_flags.time_limit,
                    "Planner time limit in seconds (0: none); the best plan so far is returned")
-      ->check(CLI::NonNegativeNumber);
+      ->check(TimeLimitRange());
   plan->add_option("--threads", plan_flags.threads, "Planner threads (results do not depend on it)")
       ->check(CLI::Range(1, 256));
   actions[plan] = [] { return RunPlan(plan_flags); };
@@ -250,7 +263,7 @@ void AddPlanningCommands(CLI::App& app, Actions& actions) {
   CLI::App* compare = app.add_subcommand("compare", "Every strategy side by side");
   AddInputFlags(compare, compare_flags.in, true);
   compare->add_option("--time-limit", compare_flags.time_limit, "Planner time limit in seconds")
-      ->check(CLI::NonNegativeNumber);
+      ->check(TimeLimitRange());
   compare->add_option("--threads", compare_flags.threads, "Planner threads")
       ->check(CLI::Range(1, 256));
   compare->add_option("--format", compare_flags.format, "table|json")

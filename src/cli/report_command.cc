@@ -113,7 +113,7 @@ void AddReportCommand(CLI::App& app, Actions& actions) {
   cmd->add_option("--format", flags->format, "html|svg")->check(CLI::IsMember({"html", "svg"}));
   cmd->add_option("--figure", flags->figure, "With --format svg: plan-map|timeline|strategies");
   cmd->add_option("--time-limit", flags->time_limit, "Planner time limit in seconds (0: none)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(TimeLimitRange());
   cmd->add_option("--threads", flags->threads, "Planner threads")->check(CLI::Range(1, 256));
   cmd->add_option("--simulate", flags->simulate,
                   "auto (simulate the timeline on clusters of at most 256 ranks) | always | never")

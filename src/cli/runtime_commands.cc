@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/cli.h"
+#include "cli/inputs.h"
 #include "plan/plan.h"
 #include "runtime/attention_kernels.h"
 #include "runtime/attn_check.h"
@@ -23,6 +24,7 @@ struct AttnCheckFlags {
   uint64_t seed = 1;
   double tolerance = 1e-5;
   std::string format = "table";
+  double timeout_seconds = 300;
   std::string slowdown;
 };
 
@@ -73,6 +75,8 @@ void PrintJson(const Plan& plan, const AttnCheckFlags& flags,
 
 int RunAttnCheckCommand(const AttnCheckFlags& flags) {
   runtime::MpiSession session(nullptr, nullptr);
+  runtime::MpiWatchdog watchdog("attn-check", flags.timeout_seconds);
+  watchdog.SetPhase("load");
   runtime::SetBlasThreads(1);
   std::unique_ptr<runtime::Comm> world = runtime::MpiWorldComm();
   const int rank = world->rank();
@@ -100,6 +104,7 @@ int RunAttnCheckCommand(const AttnCheckFlags& flags) {
   options.head_dim = flags.head_dim;
   options.seed = flags.seed;
   options.tolerance = flags.tolerance;
+  options.on_phase = [&watchdog](const char* phase) { watchdog.SetPhase(phase); };
   auto report = runtime::RunAttnCheck(*plan, *world, options);
   if (!report) {
     // The same error on every rank: rank 0 prints it.
@@ -132,7 +137,12 @@ void AddRuntimeCommands(CLI::App& app, Actions& actions) {
   check
       ->add_option("--tolerance", flags.tolerance,
                    "Largest relative error accepted on every output (default 1e-5)")
-      ->check(CLI::PositiveNumber);
+      ->check(FiniteRange(1e-300, 1.0));
+  check
+      ->add_option("--timeout", flags.timeout_seconds,
+                   "Seconds without a heartbeat from a peer before every live rank reports it "
+                   "and exits (default 300)")
+      ->check(FiniteRange(1, 86400));
   check->add_option("--format", flags.format, "table|json")
       ->check(CLI::IsMember({"table", "json"}));
   check

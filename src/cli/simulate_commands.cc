@@ -14,6 +14,7 @@
 #include "report/evaluation.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
+#include "spec/limits.h"
 
 namespace hexiseq::cli {
 namespace {
@@ -147,10 +148,10 @@ void AddSimulateCommand(CLI::App& app, Actions& actions) {
       ->check(CLI::IsMember({"table", "json"}));
   cmd->add_option("--explicit-layers", sim_flags->explicit_layers,
                   "Layers simulated explicitly (the rest are scaled); default 1")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, static_cast<int>(kMaxModelWidth)));
   cmd->add_option("--nics-per-node", sim_flags->nics_per_node,
                   "0: one NIC per GPU (default); k: each node's GPUs share k NICs")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, static_cast<int>(kMaxNicsPerNode)));
   actions[cmd] = [sim_flags] { return RunSimulate(*sim_flags); };
 
   auto bench_flags = std::make_shared<BenchFlags>();

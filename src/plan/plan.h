@@ -21,7 +21,7 @@ inline constexpr const char* kPlanFormat = "hexiseq.plan/1";
 struct PlanMember {
   int rank = 0;
   std::string device;  // informative; validate() checks it against the cluster when non-empty
-  int node = 0;
+  int node = -1;       // informative: the rank's node; -1 when not given (not written)
   Ranges tokens;           // tau_r, inside the group's tokens
   std::vector<int> heads;  // eta_r, sorted query-head ids
   bool operator==(const PlanMember&) const = default;
@@ -70,7 +70,9 @@ struct Plan {
   bool operator==(const Plan&) const = default;
 };
 
-// JSON in and out. ParsePlanJson reports the JSON path of a bad field.
+// JSON in and out. ParsePlanJson checks every field's type and range (spec/limits.h), unknown
+// and repeated keys, nesting depth and size, and reports the file and JSON path of a bad field.
+// LoadPlan reads only regular files of at most kMaxPlanFileBytes.
 std::string PlanToJson(const Plan& plan, int indent = 2);
 Result<Plan> ParsePlanJson(const std::string& text, const std::string& source_name);
 Result<Plan> LoadPlan(const std::string& path);

@@ -1,212 +1,500 @@
-// Plan <-> JSON ("hexiseq.plan/1"), and the plan hash. The parser checks types and names the JSON
-// path of any bad field; semantic invariants are Validate()'s job.
+// Plan <-> JSON ("hexiseq.plan/1"), and the plan hash. The reader checks every field's type and
+// range against spec/limits.h, rejects unknown and repeated keys (as the YAML readers do), and
+// limits nesting depth and file size; each error names the file, the JSON path, the value, the
+// rule and a hint. Semantic invariants (partitions, rank sets) are Validate()'s job.
+#include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "plan/plan.h"
+#include "spec/input_file.h"
+#include "spec/limits.h"
 
 namespace hexiseq {
 namespace {
 
 using nlohmann::json;
 
+// The keys of each object of a plan: exactly what PlanToJson writes (the one writer: the CLI,
+// the Python package and the trainer all save plans through it), plus `planner` and
+// `input_hash` at the top level, where plans before `provenance` kept them.
+const std::vector<std::string> kPlanKeys = {"format",    "strategy",     "config",    "model",
+                                            "seq_len",   "batch",        "recompute", "zero_stage",
+                                            "num_heads", "num_kv_heads", "num_ranks", "groups",
+                                            "predicted", "provenance",   "planner",   "input_hash"};
+const std::vector<std::string> kGroupKeys = {"ranks", "tokens", "members"};
+const std::vector<std::string> kMemberKeys = {"rank", "device", "node", "tokens", "heads"};
+const std::vector<std::string> kPredictedKeys = {"iteration_seconds", "tokens_per_second", "ranks"};
+const std::vector<std::string> kRankPredictionKeys = {"rank",
+                                                      "memory_bytes",
+                                                      "memory_capacity_bytes",
+                                                      "compute_seconds",
+                                                      "exposed_comm_seconds",
+                                                      "total_comm_seconds"};
+const std::vector<std::string> kProvenanceKeys = {"planner", "input_hash"};
+
+constexpr size_t kMaxShownChars = 60;
+
 json RangesToJson(const Ranges& ranges) {
   json out = json::array();
   for (const Range& r : ranges) out.push_back(json::array({r.begin, r.end}));
   return out;
 }
+constexpr const char* kRegenerateHint = "regenerate the plan with `hexiseq plan --format json -o`";
 
-// Minimal typed accessors that name the JSON path in errors.
+std::string Index(const std::string& path, size_t index) {
+  return path + "[" + std::to_string(index) + "]";
+}
+std::string Key(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+std::string Bounds(int64_t min, int64_t max) { return IntervalText(min, max, /*closed=*/true); }
+
+// A JSON value for a message: a scalar as JSON text cut to a readable length; a list or an
+// object by its size only (it may be huge or deeply nested).
+std::string Show(const json& value) {
+  if (value.is_object()) return "an object of " + std::to_string(value.size()) + " keys";
+  if (value.is_array()) return "a list of " + std::to_string(value.size()) + " items";
+  if (value.is_number_float() && !std::isfinite(value.get<double>()))
+    return value.get<double>() > 0 ? "inf" : "-inf";  // 1e999 in the file; dump() says null
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > kMaxShownChars) text = text.substr(0, kMaxShownChars) + "...";
+  return text;
+}
+
+// The key of `keys` closest to `key` by edit distance.
+std::string ClosestKey(const std::string& key, const std::vector<std::string>& keys) {
+  std::string best = keys.front();
+  for (const std::string& candidate : keys)
+    if (EditDistance(key, candidate) < EditDistance(key, best)) best = candidate;
+  return best;
+}
+
+std::string JoinKeys(const std::vector<std::string>& keys) {
+  std::string out;
+  for (const std::string& key : keys) out += (out.empty() ? "" : ", ") + key;
+  return out;
+}
+
+// Typed, range-checked accessors; every error names the file and the JSON path.
 class Reader {
  public:
   explicit Reader(std::string source) : source_(std::move(source)) {}
 
-  Result<const json*> Field(const json& obj, const std::string& path, const char* key,
-                            bool required = true) const {
-    auto it = obj.find(key);
-    if (it == obj.end()) {
-      if (!required) return static_cast<const json*>(nullptr);
-      return InvalidArgument(source_ + ": " + path + "." + key +
-                             " is missing (rule: required by " + kPlanFormat + ")");
+  std::unexpected<Error> Fail(const std::string& path, const std::string& value,
+                              const std::string& problem, const std::string& rule,
+                              const std::string& hint = kRegenerateHint) const {
+    return InvalidArgument(FieldMessage(source_ + ": " + path, value, problem, rule, hint));
+  }
+
+  // `value` is an object whose keys are all in `keys`.
+  Result<void> Object(const json& value, const std::string& path,
+                      const std::vector<std::string>& keys, const std::string& what) const {
+    const std::string where = path.empty() ? "the plan" : path;
+    if (!value.is_object())
+      return Fail(where, Show(value), "must be an object",
+                  what + " is an object of " + JoinKeys(keys));
+    for (const auto& [key, unused] : value.items()) {
+      if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
+      return Fail(Key(path, key), "", "unknown key " + Show(json(key)),
+                  "the keys of " + what + " are " + JoinKeys(keys),
+                  "did you mean `" + ClosestKey(key, keys) + "`? otherwise remove it");
     }
-    return &*it;
+    return {};
   }
-  Result<int64_t> Int(const json& v, const std::string& path) const {
-    if (v.is_number_integer() || v.is_number_unsigned()) return v.get<int64_t>();
-    if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>())
-      return static_cast<int64_t>(v.get<double>());
-    return InvalidArgument(source_ + ": " + path + " = " + v.dump() + ": must be an integer");
+
+  // The value of `key`; nullptr when it is absent and not `required`.
+  Result<const json*> Field(const json& object, const std::string& path, const char* key,
+                            bool required) const {
+    auto it = object.find(key);
+    if (it != object.end()) return &*it;
+    if (!required) return static_cast<const json*>(nullptr);
+    return Fail(Key(path, key), "", "missing", std::string("required by ") + kPlanFormat);
   }
-  Result<double> Number(const json& v, const std::string& path) const {
-    if (v.is_number()) return v.get<double>();
-    return InvalidArgument(source_ + ": " + path + " = " + v.dump() + ": must be a number");
+
+  Result<int64_t> Int(const json& value, const std::string& path, int64_t min, int64_t max,
+                      const std::string& rule) const {
+    if (value.is_number_unsigned()) {
+      const uint64_t number = value.get<uint64_t>();
+      if (number > static_cast<uint64_t>(max))
+        return Fail(path, Show(value), "out of range " + Bounds(min, max), rule);
+      return InRange(static_cast<int64_t>(number), value, path, min, max, rule);
+    }
+    if (value.is_number_integer())
+      return InRange(value.get<int64_t>(), value, path, min, max, rule);
+    if (value.is_number_float()) {
+      const double number = value.get<double>();
+      if (!std::isfinite(number) || number != std::floor(number))
+        return Fail(path, Show(value), "must be an integer", rule);
+      if (number < static_cast<double>(min) || number > static_cast<double>(max))
+        return Fail(path, Show(value), "out of range " + Bounds(min, max), rule);
+      return static_cast<int64_t>(number);
+    }
+    return Fail(path, Show(value), "must be an integer", rule);
   }
-  Result<std::string> String(const json& v, const std::string& path) const {
-    if (v.is_string()) return v.get<std::string>();
-    return InvalidArgument(source_ + ": " + path + " = " + v.dump() + ": must be a string");
+
+  // A finite number >= 0 (seconds, bytes, tokens per second).
+  Result<double> Number(const json& value, const std::string& path) const {
+    const std::string rule = "a prediction is a finite number >= 0";
+    if (!value.is_number()) return Fail(path, Show(value), "must be a number", rule);
+    const double number = value.get<double>();
+    if (!std::isfinite(number) || number < 0)
+      return Fail(path, Show(value), "must be finite and >= 0", rule);
+    return number;
   }
-  Result<Ranges> RangeList(const json& v, const std::string& path) const {
-    if (!v.is_array())
-      return InvalidArgument(source_ + ": " + path + " = " + v.dump().substr(0, 80) +
-                             ": must be a list of [begin, end) pairs");
+
+  Result<std::string> String(const json& value, const std::string& path) const {
+    if (value.is_string()) return value.get<std::string>();
+    return Fail(path, Show(value), "must be a string", "a text field");
+  }
+
+  // A list of [begin, end) pairs with endpoints in [0, kMaxSeqLen].
+  Result<Ranges> RangeList(const json& value, const std::string& path) const {
+    const std::string rule = "token ranges are [begin, end) pairs of positions in " +
+                             Bounds(0, kMaxSeqLen) + " (docs/limits.md)";
+    if (!value.is_array())
+      return Fail(path, Show(value), "must be a list of [begin, end) pairs", rule);
     Ranges out;
-    for (size_t i = 0; i < v.size(); ++i) {
-      const std::string p = path + "[" + std::to_string(i) + "]";
-      if (!v[i].is_array() || v[i].size() != 2)
-        return InvalidArgument(source_ + ": " + p + " = " + v[i].dump() +
-                               ": must be a [begin, end) pair");
-      auto b = Int(v[i][0], p + "[0]");
-      if (!b) return std::unexpected(b.error());
-      auto e = Int(v[i][1], p + "[1]");
-      if (!e) return std::unexpected(e.error());
-      out.push_back({*b, *e});
+    out.reserve(value.size());
+    for (size_t index = 0; index < value.size(); ++index) {
+      const json& pair = value[index];
+      const std::string pair_path = Index(path, index);
+      if (!pair.is_array() || pair.size() != 2)
+        return Fail(pair_path, Show(pair), "must be a [begin, end) pair", rule);
+      auto begin = Int(pair[0], Index(pair_path, 0), 0, kMaxSeqLen, rule);
+      if (!begin) return std::unexpected(begin.error());
+      auto end = Int(pair[1], Index(pair_path, 1), 0, kMaxSeqLen, rule);
+      if (!end) return std::unexpected(end.error());
+      out.push_back({*begin, *end});
     }
     return out;
   }
-  Result<std::vector<int>> IntList(const json& v, const std::string& path) const {
-    if (!v.is_array())
-      return InvalidArgument(source_ + ": " + path + " = " + v.dump().substr(0, 80) +
-                             ": must be a list of integers");
+
+  // A list of at most `max + 1` integers in [0, max].
+  Result<std::vector<int>> IntList(const json& value, const std::string& path, int64_t max,
+                                   const std::string& rule) const {
+    if (!value.is_array()) return Fail(path, Show(value), "must be a list of integers", rule);
+    if (value.size() > static_cast<size_t>(max) + 1)
+      return Fail(path, Show(value), "too long: at most " + std::to_string(max + 1) + " entries",
+                  rule);
     std::vector<int> out;
-    for (size_t i = 0; i < v.size(); ++i) {
-      auto x = Int(v[i], path + "[" + std::to_string(i) + "]");
-      if (!x) return std::unexpected(x.error());
-      out.push_back(static_cast<int>(*x));
+    out.reserve(value.size());
+    for (size_t index = 0; index < value.size(); ++index) {
+      auto number = Int(value[index], Index(path, index), 0, max, rule);
+      if (!number) return std::unexpected(number.error());
+      out.push_back(static_cast<int>(*number));
     }
     return out;
   }
 
  private:
+  Result<int64_t> InRange(int64_t number, const json& value, const std::string& path, int64_t min,
+                          int64_t max, const std::string& rule) const {
+    if (number < min || number > max)
+      return Fail(path, Show(value), "out of range " + Bounds(min, max), rule);
+    return number;
+  }
+
   std::string source_;
 };
 
-#define HEXISEQ_TRY(var, expr)                         \
-  auto var##_result = (expr);                          \
+#define HEXISEQ_TRY(var, expr)                                     \
+  auto var##_result = (expr);                                      \
   if (!var##_result) return std::unexpected(var##_result.error()); \
   auto var = *var##_result
 
-Result<Plan> FromJson(const json& j, const std::string& source) {
-  Reader rd(source);
-  if (!j.is_object())
-    return InvalidArgument(source + ": the plan must be a JSON object (rule: " + kPlanFormat +
-                           ")");
+#define HEXISEQ_TRY_VOID(expr) \
+  if (auto try_result = (expr); !try_result) return std::unexpected(try_result.error())
+
+const std::string kRankRule =
+    "ranks are whole numbers in " + Bounds(0, kMaxRanks - 1) + " (docs/limits.md)";
+const std::string kHeadRule =
+    "heads are query-head ids in " + Bounds(0, kMaxHeads - 1) + " (docs/limits.md)";
+
+Result<PlanMember> ReadMember(const Reader& reader, const json& value, const std::string& path) {
+  HEXISEQ_TRY_VOID(reader.Object(value, path, kMemberKeys, "a group member"));
+  PlanMember member;
+  HEXISEQ_TRY(rank_node, reader.Field(value, path, "rank", true));
+  HEXISEQ_TRY(rank, reader.Int(*rank_node, Key(path, "rank"), 0, kMaxRanks - 1, kRankRule));
+  member.rank = static_cast<int>(rank);
+  HEXISEQ_TRY(device_node, reader.Field(value, path, "device", false));
+  if (device_node) {
+    HEXISEQ_TRY(device, reader.String(*device_node, Key(path, "device")));
+    member.device = device;
+  }
+  HEXISEQ_TRY(node_node, reader.Field(value, path, "node", false));
+  if (node_node) {
+    HEXISEQ_TRY(node,
+                reader.Int(*node_node, Key(path, "node"), 0, kMaxRanks - 1,
+                           "node is the cluster's node index, in " + Bounds(0, kMaxRanks - 1)));
+    member.node = static_cast<int>(node);
+  }
+  HEXISEQ_TRY(tokens_node, reader.Field(value, path, "tokens", true));
+  HEXISEQ_TRY(tokens, reader.RangeList(*tokens_node, Key(path, "tokens")));
+  member.tokens = std::move(tokens);
+  HEXISEQ_TRY(heads_node, reader.Field(value, path, "heads", true));
+  HEXISEQ_TRY(heads, reader.IntList(*heads_node, Key(path, "heads"), kMaxHeads - 1, kHeadRule));
+  member.heads = std::move(heads);
+  return member;
+}
+
+Result<PlanGroup> ReadGroup(const Reader& reader, const json& value, const std::string& path) {
+  HEXISEQ_TRY_VOID(reader.Object(value, path, kGroupKeys, "a group"));
+  PlanGroup group;
+  HEXISEQ_TRY(ranks_node, reader.Field(value, path, "ranks", true));
+  HEXISEQ_TRY(ranks, reader.IntList(*ranks_node, Key(path, "ranks"), kMaxRanks - 1, kRankRule));
+  group.ranks = std::move(ranks);
+  HEXISEQ_TRY(tokens_node, reader.Field(value, path, "tokens", true));
+  HEXISEQ_TRY(tokens, reader.RangeList(*tokens_node, Key(path, "tokens")));
+  group.tokens = std::move(tokens);
+  HEXISEQ_TRY(members, reader.Field(value, path, "members", true));
+  const std::string members_path = Key(path, "members");
+  if (!members->is_array())
+    return reader.Fail(members_path, Show(*members), "must be a list", "a list of members");
+  for (size_t index = 0; index < members->size(); ++index) {
+    HEXISEQ_TRY(member, ReadMember(reader, (*members)[index], Index(members_path, index)));
+    group.members.push_back(std::move(member));
+  }
+  return group;
+}
+
+Result<std::vector<PlanGroup>> ReadGroups(const Reader& reader, const json& plan) {
+  HEXISEQ_TRY(groups, reader.Field(plan, "", "groups", true));
+  if (!groups->is_array() || groups->size() > static_cast<size_t>(kMaxRanks))
+    return reader.Fail("groups", Show(*groups), "must be a list of groups",
+                       "at most " + std::to_string(kMaxRanks) + " groups (docs/limits.md)");
+  std::vector<PlanGroup> out;
+  out.reserve(groups->size());
+  for (size_t index = 0; index < groups->size(); ++index) {
+    HEXISEQ_TRY(group, ReadGroup(reader, (*groups)[index], Index("groups", index)));
+    out.push_back(std::move(group));
+  }
+  return out;
+}
+
+Result<RankPrediction> ReadRankPrediction(const Reader& reader, const json& value,
+                                          const std::string& path) {
+  HEXISEQ_TRY_VOID(reader.Object(value, path, kRankPredictionKeys, "a rank's prediction"));
+  RankPrediction prediction;
+  if (auto it = value.find("rank"); it != value.end()) {
+    HEXISEQ_TRY(rank, reader.Int(*it, Key(path, "rank"), 0, kMaxRanks - 1, kRankRule));
+    prediction.rank = static_cast<int>(rank);
+  }
+  for (auto [key, target] : {std::pair{"memory_bytes", &prediction.memory_bytes},
+                             {"memory_capacity_bytes", &prediction.memory_capacity_bytes},
+                             {"compute_seconds", &prediction.compute_seconds},
+                             {"exposed_comm_seconds", &prediction.exposed_comm_seconds},
+                             {"total_comm_seconds", &prediction.total_comm_seconds}}) {
+    auto it = value.find(key);
+    if (it == value.end()) continue;
+    HEXISEQ_TRY(number, reader.Number(*it, Key(path, key)));
+    *target = number;
+  }
+  return prediction;
+}
+
+Result<PlanPrediction> ReadPrediction(const Reader& reader, const json& value) {
+  HEXISEQ_TRY_VOID(reader.Object(value, "predicted", kPredictedKeys, "predicted"));
+  PlanPrediction prediction;
+  for (auto [key, target] : {std::pair{"iteration_seconds", &prediction.iteration_seconds},
+                             {"tokens_per_second", &prediction.tokens_per_second}}) {
+    auto it = value.find(key);
+    if (it == value.end()) continue;
+    HEXISEQ_TRY(number, reader.Number(*it, Key("predicted", key)));
+    *target = number;
+  }
+  auto ranks = value.find("ranks");
+  if (ranks == value.end()) return prediction;
+  if (!ranks->is_array() || ranks->size() > static_cast<size_t>(kMaxRanks))
+    return reader.Fail("predicted.ranks", Show(*ranks), "must be a list",
+                       "one prediction per rank, at most " + std::to_string(kMaxRanks));
+  for (size_t index = 0; index < ranks->size(); ++index) {
+    HEXISEQ_TRY(rank, ReadRankPrediction(reader, (*ranks)[index], Index("predicted.ranks", index)));
+    prediction.ranks.push_back(rank);
+  }
+  return prediction;
+}
+
+// `planner` and `input_hash`, under "provenance" (as written) or at the top level.
+Result<void> ReadProvenance(const Reader& reader, const json& plan_json, Plan& plan) {
+  auto read = [&](const json& object, const std::string& path) -> Result<void> {
+    for (auto [key, target] :
+         {std::pair{"planner", &plan.planner}, {"input_hash", &plan.input_hash}}) {
+      auto it = object.find(key);
+      if (it == object.end()) continue;
+      HEXISEQ_TRY(text, reader.String(*it, Key(path, key)));
+      *target = text;
+    }
+    return {};
+  };
+  HEXISEQ_TRY_VOID(read(plan_json, ""));
+  auto provenance = plan_json.find("provenance");
+  if (provenance == plan_json.end()) return {};
+  HEXISEQ_TRY_VOID(reader.Object(*provenance, "provenance", kProvenanceKeys, "provenance"));
+  return read(*provenance, "provenance");
+}
+
+// format, the text fields and the sizes.
+Result<void> ReadHeader(const Reader& reader, const json& plan_json, Plan& plan) {
+  HEXISEQ_TRY(format_node, reader.Field(plan_json, "", "format", true));
+  HEXISEQ_TRY(format, reader.String(*format_node, "format"));
+  if (format != kPlanFormat)
+    return reader.Fail("format", Show(*format_node), std::string("must be \"") + kPlanFormat + "\"",
+                       "the plan format this version of hexiseq reads", kRegenerateHint);
+  plan.format = format;
+  for (auto [key, target] : {std::pair{"strategy", &plan.strategy},
+                             {"config", &plan.config},
+                             {"model", &plan.model},
+                             {"recompute", &plan.recompute}}) {
+    HEXISEQ_TRY(node, reader.Field(plan_json, "", key, false));
+    if (!node) continue;
+    HEXISEQ_TRY(text, reader.String(*node, key));
+    *target = text;
+  }
+  if (!ParseRecompute(plan.recompute))
+    return reader.Fail("recompute", Show(json(plan.recompute)), "not a recompute policy",
+                       "one of full, selective, none");
+  struct IntField {
+    const char* key;
+    bool required;
+    int64_t min, max;
+    const char* rule;
+  };
+  const IntField fields[] = {
+      {"seq_len", true, 1, kMaxSeqLen, "tokens per sequence (docs/limits.md)"},
+      {"num_heads", true, 1, kMaxHeads, "the model's query heads (docs/limits.md)"},
+      {"num_kv_heads", true, 1, kMaxHeads, "the model's KV heads (docs/limits.md)"},
+      {"num_ranks", true, 1, kMaxRanks, "the cluster's GPUs (docs/limits.md)"},
+      {"batch", false, 1, kMaxBatch, "sequences per iteration (docs/limits.md)"},
+      {"zero_stage", false, 0, 3, "a ZeRO stage"}};
+  int64_t values[std::size(fields)] = {0, 0, 0, 0, plan.batch, plan.zero_stage};
+  for (size_t index = 0; index < std::size(fields); ++index) {
+    const IntField& field = fields[index];
+    HEXISEQ_TRY(node, reader.Field(plan_json, "", field.key, field.required));
+    if (!node) continue;
+    HEXISEQ_TRY(number, reader.Int(*node, field.key, field.min, field.max, field.rule));
+    values[index] = number;
+  }
+  plan.seq_len = values[0];
+  plan.num_heads = static_cast<int>(values[1]);
+  plan.num_kv_heads = static_cast<int>(values[2]);
+  plan.num_ranks = static_cast<int>(values[3]);
+  plan.batch = static_cast<int>(values[4]);
+  plan.zero_stage = static_cast<int>(values[5]);
+  return {};
+}
+
+Result<Plan> FromJson(const json& plan_json, const std::string& source) {
+  const Reader reader(source);
+  HEXISEQ_TRY_VOID(reader.Object(plan_json, "", kPlanKeys, "a plan"));
   Plan plan;
-  HEXISEQ_TRY(fmt_node, rd.Field(j, "plan", "format"));
-  HEXISEQ_TRY(fmt, rd.String(*fmt_node, "plan.format"));
-  if (fmt != kPlanFormat)
-    return InvalidArgument(source + ": plan.format = \"" + fmt + "\": must be \"" + kPlanFormat +
-                           "\" (hint: regenerate the plan with this version of hexiseq)");
-  plan.format = fmt;
-  auto get_string = [&](const char* key, std::string* out) -> Result<void> {
-    HEXISEQ_TRY(node, rd.Field(j, "plan", key, false));
-    if (!node) return {};
-    HEXISEQ_TRY(s, rd.String(*node, std::string("plan.") + key));
-    *out = s;
-    return {};
-  };
-  auto get_int = [&](const char* key, bool required, int64_t* out) -> Result<void> {
-    HEXISEQ_TRY(node, rd.Field(j, "plan", key, required));
-    if (!node) return {};
-    HEXISEQ_TRY(v, rd.Int(*node, std::string("plan.") + key));
-    *out = v;
-    return {};
-  };
-  for (auto [key, out] : {std::pair{"strategy", &plan.strategy}, {"config", &plan.config},
-                          {"model", &plan.model}, {"recompute", &plan.recompute},
-                          {"planner", &plan.planner}, {"input_hash", &plan.input_hash}}) {
-    if (auto r = get_string(key, out); !r) return std::unexpected(r.error());
+  HEXISEQ_TRY_VOID(ReadHeader(reader, plan_json, plan));
+  HEXISEQ_TRY(groups, ReadGroups(reader, plan_json));
+  plan.groups = std::move(groups);
+  if (auto it = plan_json.find("predicted"); it != plan_json.end()) {
+    HEXISEQ_TRY(prediction, ReadPrediction(reader, *it));
+    plan.predicted = std::move(prediction);
   }
-  int64_t seq = 0, heads = 0, kv = 0, ranks = 0, batch = 1, zero = 3;
-  for (auto [key, req, out] :
-       {std::tuple{"seq_len", true, &seq}, {"num_heads", true, &heads},
-        {"num_kv_heads", true, &kv}, {"num_ranks", true, &ranks}, {"batch", false, &batch},
-        {"zero_stage", false, &zero}}) {
-    if (auto r = get_int(key, req, out); !r) return std::unexpected(r.error());
-  }
-  plan.seq_len = seq;
-  plan.num_heads = static_cast<int>(heads);
-  plan.num_kv_heads = static_cast<int>(kv);
-  plan.num_ranks = static_cast<int>(ranks);
-  plan.batch = static_cast<int>(batch);
-  plan.zero_stage = static_cast<int>(zero);
-
-  HEXISEQ_TRY(groups, rd.Field(j, "plan", "groups"));
-  if (!groups->is_array())
-    return InvalidArgument(source + ": plan.groups must be a list of groups");
-  for (size_t g = 0; g < groups->size(); ++g) {
-    const json& gj = (*groups)[g];
-    const std::string gp = "groups[" + std::to_string(g) + "]";
-    if (!gj.is_object()) return InvalidArgument(source + ": " + gp + " must be an object");
-    PlanGroup group;
-    HEXISEQ_TRY(granks_node, rd.Field(gj, gp, "ranks"));
-    HEXISEQ_TRY(granks, rd.IntList(*granks_node, gp + ".ranks"));
-    group.ranks = granks;
-    HEXISEQ_TRY(gtok_node, rd.Field(gj, gp, "tokens"));
-    HEXISEQ_TRY(gtok, rd.RangeList(*gtok_node, gp + ".tokens"));
-    group.tokens = gtok;
-    HEXISEQ_TRY(members, rd.Field(gj, gp, "members"));
-    if (!members->is_array())
-      return InvalidArgument(source + ": " + gp + ".members must be a list");
-    for (size_t m = 0; m < members->size(); ++m) {
-      const json& mj = (*members)[m];
-      const std::string mp = gp + ".members[" + std::to_string(m) + "]";
-      if (!mj.is_object()) return InvalidArgument(source + ": " + mp + " must be an object");
-      PlanMember member;
-      HEXISEQ_TRY(rank_node, rd.Field(mj, mp, "rank"));
-      HEXISEQ_TRY(rank, rd.Int(*rank_node, mp + ".rank"));
-      member.rank = static_cast<int>(rank);
-      HEXISEQ_TRY(dev_node, rd.Field(mj, mp, "device", false));
-      if (dev_node) {
-        HEXISEQ_TRY(dev, rd.String(*dev_node, mp + ".device"));
-        member.device = dev;
-      }
-      HEXISEQ_TRY(node_node, rd.Field(mj, mp, "node", false));
-      if (node_node) {
-        HEXISEQ_TRY(node, rd.Int(*node_node, mp + ".node"));
-        member.node = static_cast<int>(node);
-      }
-      HEXISEQ_TRY(mtok_node, rd.Field(mj, mp, "tokens"));
-      HEXISEQ_TRY(mtok, rd.RangeList(*mtok_node, mp + ".tokens"));
-      member.tokens = mtok;
-      HEXISEQ_TRY(heads_node, rd.Field(mj, mp, "heads"));
-      HEXISEQ_TRY(mheads, rd.IntList(*heads_node, mp + ".heads"));
-      member.heads = mheads;
-      group.members.push_back(std::move(member));
-    }
-    plan.groups.push_back(std::move(group));
-  }
-
-  HEXISEQ_TRY(pred, rd.Field(j, "plan", "predicted", false));
-  if (pred && pred->is_object()) {
-    PlanPrediction p;
-    if (auto it = pred->find("iteration_seconds"); it != pred->end()) {
-      HEXISEQ_TRY(v, rd.Number(*it, "predicted.iteration_seconds"));
-      p.iteration_seconds = v;
-    }
-    if (auto it = pred->find("tokens_per_second"); it != pred->end()) {
-      HEXISEQ_TRY(v, rd.Number(*it, "predicted.tokens_per_second"));
-      p.tokens_per_second = v;
-    }
-    if (auto it = pred->find("ranks"); it != pred->end() && it->is_array()) {
-      for (size_t i = 0; i < it->size(); ++i) {
-        const json& rj = (*it)[i];
-        if (!rj.is_object()) continue;
-        RankPrediction rp;
-        rp.rank = rj.value("rank", 0);
-        rp.memory_bytes = rj.value("memory_bytes", 0.0);
-        rp.memory_capacity_bytes = rj.value("memory_capacity_bytes", 0.0);
-        rp.compute_seconds = rj.value("compute_seconds", 0.0);
-        rp.exposed_comm_seconds = rj.value("exposed_comm_seconds", 0.0);
-        rp.total_comm_seconds = rj.value("total_comm_seconds", 0.0);
-        p.ranks.push_back(rp);
-      }
-    }
-    plan.predicted = p;
-  }
+  HEXISEQ_TRY_VOID(ReadProvenance(reader, plan_json, plan));
   return plan;
+}
+
+// The byte offset where `text` nests deeper than `max_depth` lists/objects, or npos. Brackets
+// inside strings do not count.
+size_t FindTooDeep(const std::string& text, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t offset = 0; offset < text.size(); ++offset) {
+    const char c = text[offset];
+    if (in_string) {
+      if (c == '\\')
+        ++offset;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return offset;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return std::string::npos;
+}
+
+// Watches the parser's events and records the path of the first key given twice in an object
+// (nlohmann::json would silently keep the last value).
+class DuplicateKeyFinder {
+ public:
+  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
+    using Event = json::parse_event_t;
+    switch (event) {
+      case Event::object_start:
+      case Event::array_start:
+        frames_.push_back({event == Event::object_start, {}, "", 0});
+        break;
+      case Event::key: {
+        Frame& frame = frames_.back();
+        frame.key = parsed.get<std::string>();
+        if (!frame.keys.insert(frame.key).second && duplicate_.empty()) duplicate_ = Path();
+        break;
+      }
+      case Event::object_end:
+      case Event::array_end:
+        frames_.pop_back();
+        ElementDone();
+        break;
+      case Event::value:
+        ElementDone();
+        break;
+    }
+    return true;
+  }
+  const std::string& duplicate() const { return duplicate_; }
+
+ private:
+  struct Frame {
+    bool object;
+    std::set<std::string> keys;
+    std::string key;
+    size_t index;
+  };
+  void ElementDone() {
+    if (!frames_.empty() && !frames_.back().object) ++frames_.back().index;
+  }
+  std::string Path() const {
+    std::string path;
+    for (const Frame& frame : frames_)
+      path = frame.object ? Key(path, frame.key) : Index(path, frame.index);
+    return path;
+  }
+  std::vector<Frame> frames_;
+  std::string duplicate_;
+};
+
+Result<json> ParseChecked(const std::string& text, const std::string& source_name) {
+  if (const size_t offset = FindTooDeep(text, kMaxJsonDepth); offset != std::string::npos)
+    return InvalidArgument(source_name + ": nested deeper than " + std::to_string(kMaxJsonDepth) +
+                           " lists or objects at byte " + std::to_string(offset) + " (rule: a " +
+                           kPlanFormat + " plan nests at most 5 deep; hint: " + kRegenerateHint +
+                           ")");
+  DuplicateKeyFinder duplicates;
+  json parsed;
+  try {
+    parsed = json::parse(text, std::ref(duplicates));
+  } catch (const json::exception& e) {
+    return InvalidArgument(source_name + ": not valid JSON: " + e.what() +
+                           " (hint: plans are written by `hexiseq plan --format json`)");
+  }
+  if (!duplicates.duplicate().empty())
+    return InvalidArgument(FieldMessage(source_name + ": " + duplicates.duplicate(), "",
+                                        "key given twice", "each key appears once in an object",
+                                        "keep one of the two"));
+  return parsed;
 }
 
 }  // namespace
@@ -234,7 +522,7 @@ std::string PlanToJson(const Plan& plan, int indent) {
       json mj;
       mj["rank"] = m.rank;
       mj["device"] = m.device;
-      mj["node"] = m.node;
+      if (m.node >= 0) mj["node"] = m.node;
       mj["tokens"] = RangesToJson(m.tokens);
       mj["heads"] = m.heads;
       members.push_back(std::move(mj));
@@ -271,39 +559,29 @@ Result<Plan> ParsePlanJson(const std::string& text, const std::string& source_na
   if (text.find_first_not_of(" \t\r\n") == std::string::npos)
     return InvalidArgument(source_name + ": the file is empty (rule: a " + kPlanFormat +
                            " JSON object; hint: write one with `hexiseq plan --format json -o`)");
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    return InvalidArgument(source_name + ": not valid JSON: " + e.what() +
-                           " (hint: plans are written by `hexiseq plan --format json`)");
-  }
-  // Provenance lives under "provenance" on output; accept it there or at the top level.
-  auto plan = FromJson(j, source_name);
-  if (plan && j.is_object()) {
-    if (auto it = j.find("provenance"); it != j.end() && it->is_object()) {
-      plan->planner = it->value("planner", plan->planner);
-      plan->input_hash = it->value("input_hash", plan->input_hash);
-    }
-  }
-  return plan;
+  if (static_cast<int64_t>(text.size()) > kMaxPlanFileBytes)
+    return InvalidArgument(source_name + ": the plan is " + std::to_string(text.size() >> 20) +
+                           " MiB (rule: plans are at most " +
+                           std::to_string(kMaxPlanFileBytes >> 20) + " MiB; docs/limits.md)");
+  HEXISEQ_TRY(parsed, ParseChecked(text, source_name));
+  return FromJson(parsed, source_name);
 }
 
 Result<Plan> LoadPlan(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    return IoError(path + ": cannot open the plan file (hint: check the path; plans are written "
-                          "by `hexiseq plan --format json -o FILE`)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParsePlanJson(ss.str(), path);
+  HEXISEQ_TRY(text, ReadInputFile(path, "plan file", kMaxPlanFileBytes,
+                                  "plans are written by `hexiseq plan --format json -o FILE`"));
+  return ParsePlanJson(text, path);
 }
 
 Result<void> SavePlan(const Plan& plan, const std::string& path) {
+  if (plan.predicted && !(std::isfinite(plan.predicted->iteration_seconds) &&
+                          std::isfinite(plan.predicted->tokens_per_second)))
+    return Internal(path + ": the plan's prediction is not finite; not written");
   std::ofstream out(path, std::ios::binary);
-  if (!out) return IoError(path + ": cannot open for writing");
+  if (!out) return IoError(path + ": cannot open for writing: " + std::strerror(errno));
   out << PlanToJson(plan);
-  if (!out) return IoError(path + ": write failed");
+  out.close();
+  if (!out) return IoError(path + ": write failed (hint: is the disk full?)");
   return {};
 }
 

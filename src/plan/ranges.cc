@@ -1,8 +1,20 @@
 #include "plan/ranges.h"
 
 #include <algorithm>
+#include <limits>
+
+#include "spec/error.h"
 
 namespace hexiseq {
+
+std::string IntervalText(int64_t low, int64_t high, bool closed) {
+  std::string text = "[";  // built stepwise: g++ 12 warns falsely (-Wrestrict) on "[" + string
+  text += std::to_string(low);
+  text += ", ";
+  text += std::to_string(high);
+  text += closed ? "]" : ")";
+  return text;
+}
 
 int64_t TotalTokens(const Ranges& ranges) {
   int64_t total = 0;
@@ -10,34 +22,51 @@ int64_t TotalTokens(const Ranges& ranges) {
   return total;
 }
 
-int64_t CausalPairs(Range q, Range k) {
+namespace {
+
+// Pair counts are summed in 128 bits: the products below reach 2^63 for ranges near
+// kMaxSeqLen before the division, and a sum over many range pairs may exceed int64_t only for
+// plans that overlap (which Validate rejects); the final count must fit.
+using WidePairs = __int128;
+
+int64_t Narrow(WidePairs pairs) {
+  HEXISEQ_CHECK(pairs >= 0 && pairs <= std::numeric_limits<int64_t>::max(),
+                "causal pair count fits int64_t (token ranges inside [0, kMaxSeqLen])");
+  return static_cast<int64_t>(pairs);
+}
+
+WidePairs WideCausalPairs(Range q, Range k) {
   if (q.size() <= 0 || k.size() <= 0) return 0;
-  int64_t pairs = 0;
+  WidePairs pairs = 0;
   // Queries in [c, d): query x sees keys c..x, i.e. x - c + 1 of them.
   const int64_t lo = std::max(q.begin, k.begin), hi = std::min(q.end, k.end);
   if (hi > lo) {
-    const int64_t first = lo - k.begin + 1, last = hi - 1 - k.begin + 1;
+    const WidePairs first = lo - k.begin + 1, last = hi - 1 - k.begin + 1;
     pairs += (first + last) * (hi - lo) / 2;
   }
   // Queries at or after d see every key of [c, d).
   const int64_t after = std::max(q.begin, k.end);
-  if (q.end > after) pairs += (q.end - after) * k.size();
+  if (q.end > after) pairs += static_cast<WidePairs>(q.end - after) * k.size();
   return pairs;
 }
 
+}  // namespace
+
+int64_t CausalPairs(Range q, Range k) { return Narrow(WideCausalPairs(q, k)); }
+
 int64_t CausalPairs(const Ranges& queries, const Ranges& keys) {
-  int64_t pairs = 0;
+  WidePairs pairs = 0;
   for (const Range& q : queries)
-    for (const Range& k : keys) pairs += CausalPairs(q, k);
-  return pairs;
+    for (const Range& k : keys) pairs += WideCausalPairs(q, k);
+  return Narrow(pairs);
 }
 
 int64_t CausalPrefixPairs(const Ranges& queries) {
-  int64_t pairs = 0;
+  WidePairs pairs = 0;
   for (const Range& q : queries) {
-    if (q.size() > 0) pairs += q.size() * (q.begin + q.end + 1) / 2;
+    if (q.size() > 0) pairs += static_cast<WidePairs>(q.size()) * (q.begin + q.end + 1) / 2;
   }
-  return pairs;
+  return Narrow(pairs);
 }
 
 Ranges Normalize(Ranges ranges) {

@@ -1,8 +1,11 @@
 // Token ranges: half-open [begin, end) intervals of global sequence positions, and exact causal
 // (query, key) pair counting over sets of them. Closed forms; no per-token loops.
+// REQUIRES (everywhere below): endpoints in [0, kMaxSeqLen] (spec/limits.h), as the plan reader
+// and the planners guarantee; then sizes and pair counts (at most S(S+1)/2 < 2^62) cannot overflow.
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace hexiseq {
@@ -16,10 +19,13 @@ struct Range {
 using Ranges = std::vector<Range>;
 
 int64_t TotalTokens(const Ranges& ranges);
+// "[low, high)" when `closed` is false, "[low, high]" when true (for messages).
+std::string IntervalText(int64_t low, int64_t high, bool closed = false);
 
 // Pairs (q, k) with q in [qa, qb), k in [kc, kd), k <= q.
 int64_t CausalPairs(Range queries, Range keys);
-// Sum over all range pairs.
+// Sum over all range pairs (summed in 128 bits; the total must fit int64_t, which holds for
+// non-overlapping ranges inside [0, kMaxSeqLen]).
 int64_t CausalPairs(const Ranges& queries, const Ranges& keys);
 // Pairs (q, k) with q in `queries` and 0 <= k <= q: the full causal work of these queries,
 // (b - a)(a + b + 1) / 2 per range [a, b).

@@ -9,14 +9,7 @@
 namespace hexiseq {
 namespace {
 
-std::string RangeText(int64_t a, int64_t b) {
-  std::string text = "[";  // built stepwise: g++ 12 warns falsely (-Wrestrict) on "[" + string
-  text += std::to_string(a);
-  text += ", ";
-  text += std::to_string(b);
-  text += ")";
-  return text;
-}
+std::string RangeText(int64_t begin, int64_t end) { return IntervalText(begin, end); }
 
 class Violations {
  public:
@@ -220,10 +213,16 @@ Result<void> Validate(const Plan& plan, const Cluster& cluster, const ModelSpec&
     for (size_t m = 0; m < plan.groups[g].members.size(); ++m) {
       const PlanMember& member = plan.groups[g].members[m];
       if (member.rank < 0 || member.rank >= cluster.num_ranks()) continue;
+      const std::string mp = "groups[" + std::to_string(g) + "].members[" + std::to_string(m) + "]";
       const std::string& want = cluster.device(member.rank).name;
       if (!member.device.empty() && member.device != want)
-        v.Add("groups[" + std::to_string(g) + "].members[" + std::to_string(m) + "].device = \"" +
-              member.device + "\" but rank " + std::to_string(member.rank) + " is a " + want +
+        v.Add(mp + ".device = \"" + member.device + "\" but rank " + std::to_string(member.rank) +
+              " is a " + want +
+              " in this cluster (hint: was the plan made for another cluster file?)");
+      const int node = cluster.ranks[member.rank].node;
+      if (member.node >= 0 && member.node != node)
+        v.Add(mp + ".node = " + std::to_string(member.node) + " but rank " +
+              std::to_string(member.rank) + " is on node " + std::to_string(node) +
               " in this cluster (hint: was the plan made for another cluster file?)");
     }
   }

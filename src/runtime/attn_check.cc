@@ -2,12 +2,21 @@
 // naive double-precision reference there, error statistics, and an agreed pass/fail.
 #include "runtime/attn_check.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <limits>
+#include <map>
 #include <optional>
+#include <string>
 
 #include "runtime/attention_kernels.h"
+#include "spec/units.h"
 
 namespace hexiseq::runtime {
 namespace {
@@ -247,10 +256,174 @@ std::vector<ErrorStats> CompareOutputs(const FullOutputs& distributed, const Ful
   return {o_stats, lse_stats, dq_stats, dk_stats, dv_stats};
 }
 
+// --- Checks before anything is allocated -------------------------------------------------------
+
+// "rank 0, 1 use 7; rank 2 uses 9" for the values `mine` gathered from every rank.
+template <class T, class Format>
+std::string DescribeDisagreement(const std::vector<T>& values, Format format) {
+  std::map<T, std::vector<int>> ranks_by_value;
+  for (int rank = 0; rank < static_cast<int>(values.size()); ++rank)
+    ranks_by_value[values[rank]].push_back(rank);
+  std::string text;
+  for (const auto& [value, ranks] : ranks_by_value) {
+    std::string list;
+    for (int rank : ranks) list += (list.empty() ? "" : ", ") + std::to_string(rank);
+    text += (text.empty() ? "" : "; ") + std::string(ranks.size() > 1 ? "ranks " : "rank ") + list +
+            (ranks.size() > 1 ? " use " : " uses ") + format(value);
+  }
+  return text;
+}
+
+// Every rank must use the same --seed, --head-dim and --tolerance: inputs generated with different
+// seeds would make a correct plan fail (and a mismatched tolerance a different verdict per rank).
+Result<void> CheckOptionAgreement(Comm& world, const AttnCheckOptions& options) {
+  struct Entry {
+    uint64_t seed;
+    int64_t head_dim;
+    double tolerance;
+  };
+  const Entry mine{options.seed, options.head_dim, options.tolerance};
+  std::vector<Entry> all(world.size());
+  world.Allgather(&mine, sizeof mine, all.data());
+  std::vector<uint64_t> seeds;
+  std::vector<int64_t> head_dims;
+  std::vector<double> tolerances;
+  for (const Entry& entry : all) {
+    seeds.push_back(entry.seed);
+    head_dims.push_back(entry.head_dim);
+    tolerances.push_back(entry.tolerance);
+  }
+  auto differs = [](const auto& values) {
+    return std::adjacent_find(values.begin(), values.end(), std::not_equal_to<>()) != values.end();
+  };
+  const std::string hint =
+      " (rule: every rank runs the same check; hint: give every rank the "
+      "same flags)";
+  if (differs(seeds))
+    return InvalidArgument(
+        "attn-check: --seed differs across ranks: " +
+        DescribeDisagreement(seeds, [](uint64_t v) { return std::to_string(v); }) + hint);
+  if (differs(head_dims))
+    return InvalidArgument(
+        "attn-check: --head-dim differs across ranks: " +
+        DescribeDisagreement(head_dims, [](int64_t v) { return std::to_string(v); }) + hint);
+  if (differs(tolerances))
+    return InvalidArgument("attn-check: --tolerance differs across ranks: " +
+                           DescribeDisagreement(tolerances,
+                                                [](double v) {
+                                                  char text[32];
+                                                  std::snprintf(text, sizeof text, "%g", v);
+                                                  return std::string(text);
+                                                }) +
+                           hint);
+  return {};
+}
+
+// Bytes of float tensors that `rank` holds at the peak (a lower bound: kernels' scratch space is
+// not counted): its inputs and outputs in token layout, the gather payload, its heads over the
+// group's tokens in head layout, two ring buffers of the largest group's KV, and on rank 0 the
+// reference (inputs and outputs on the whole sequence) next to the gathered outputs.
+double PeakBytes(const Plan& plan, int rank, int64_t head_dim) {
+  constexpr double kFloatBytes = sizeof(float);
+  const double heads = plan.num_heads, kv_heads = plan.num_kv_heads, dim = head_dim;
+  double largest_group = 0;
+  for (const PlanGroup& group : plan.groups)
+    largest_group = std::max(largest_group, static_cast<double>(TotalTokens(group.tokens)));
+  double floats = 0;
+  for (const PlanGroup& group : plan.groups) {
+    for (const PlanMember& member : group.members) {
+      if (member.rank != rank) continue;
+      const double rows = static_cast<double>(TotalTokens(member.tokens));
+      const double group_rows = static_cast<double>(TotalTokens(group.tokens));
+      const double my_heads = static_cast<double>(member.heads.size());
+      const double my_kv =
+          static_cast<double>(KvHeadsOf(member.heads, plan.num_heads, plan.num_kv_heads).size());
+      const double inputs = rows * (2 * heads + 2 * kv_heads) * dim;
+      const double outputs = rows * ((2 * heads + 2 * kv_heads) * dim + heads);
+      const double head_layout = group_rows * (4 * my_heads + 4 * my_kv) * dim;
+      const double ring_buffers = 2 * 2 * largest_group * my_kv * dim;
+      floats += inputs + 2 * outputs + head_layout + ring_buffers;
+    }
+  }
+  if (rank == 0) {
+    const double seq = static_cast<double>(plan.seq_len);
+    const double whole = seq * ((4 * heads + 4 * kv_heads) * dim + heads);
+    floats += 2 * whole;  // the reference's inputs and outputs, and the gathered outputs
+  }
+  return floats * kFloatBytes;
+}
+
+// Memory this process can allocate: MemAvailable (Linux), bounded by the address-space limit.
+double AvailableBytes() {
+  double available = std::numeric_limits<double>::infinity();
+  if (std::FILE* meminfo = std::fopen("/proc/meminfo", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof line, meminfo)) {
+      unsigned long long kib = 0;
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) available = kib * 1024.0;
+    }
+    std::fclose(meminfo);
+  }
+  struct rlimit limit {};
+  if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY)
+    available = std::min(available, static_cast<double>(limit.rlim_cur));
+  return available;
+}
+
+// Every rank checks, before allocating, that the ranks on its machine fit in what the machine can
+// give them; any shortfall is the same error on every rank (instead of std::bad_alloc on some).
+Result<void> CheckMemory(const Plan& plan, Comm& world, const AttnCheckOptions& options) {
+  struct Entry {
+    double need_bytes;
+    double available_bytes;
+    uint64_t host;
+  };
+  char hostname[256] = {};
+  gethostname(hostname, sizeof hostname - 1);
+  const Entry mine{PeakBytes(plan, world.rank(), options.head_dim), AvailableBytes(),
+                   std::hash<std::string>()(hostname)};
+  std::vector<Entry> all(world.size());
+  world.Allgather(&mine, sizeof mine, all.data());
+  std::map<uint64_t, std::vector<int>> ranks_by_host;
+  for (int rank = 0; rank < world.size(); ++rank) ranks_by_host[all[rank].host].push_back(rank);
+  for (const auto& [host, ranks] : ranks_by_host) {
+    double need = 0, available = std::numeric_limits<double>::infinity();
+    for (int rank : ranks) {
+      need += all[rank].need_bytes;
+      available = std::min(available, all[rank].available_bytes);
+    }
+    if (need <= available) continue;
+    const int largest = *std::max_element(ranks.begin(), ranks.end(), [&](int a, int b) {
+      return all[a].need_bytes < all[b].need_bytes;
+    });
+    return MakeError(
+        ErrorCode::kInfeasible,
+        "attn-check: not enough memory: the " + std::to_string(ranks.size()) +
+            " rank(s) on one machine need at least " + FormatBytes(need) + " (rank " +
+            std::to_string(largest) + " alone " + FormatBytes(all[largest].need_bytes) + " for " +
+            std::to_string(plan.seq_len) + " tokens x " + std::to_string(plan.num_heads) +
+            " heads x head_dim " + std::to_string(options.head_dim) +
+            (largest == 0 ? ", with the whole-sequence reference" : "") + "), but " +
+            FormatBytes(available) +
+            " can be allocated (hint: check a plan with a shorter seq_len, or a smaller "
+            "--head-dim)");
+  }
+  return {};
+}
+
 }  // namespace
 
 Result<AttnCheckReport> RunAttnCheck(const Plan& plan, Comm& world,
                                      const AttnCheckOptions& options) {
+  auto phase = [&options](const char* name) {
+    if (options.on_phase) options.on_phase(name);
+  };
+  phase("agreement");
+  if (auto agreed = CheckOptionAgreement(world, options); !agreed)
+    return std::unexpected(agreed.error());
+  phase("memory check");
+  if (auto fits = CheckMemory(plan, world, options); !fits) return std::unexpected(fits.error());
+  phase("setup");
   auto created = DistributedAttention::Create(plan, world, options.head_dim);
   if (!created) return std::unexpected(created.error());
   DistributedAttention& attention = **created;
@@ -261,16 +434,20 @@ Result<AttnCheckReport> RunAttnCheck(const Plan& plan, Comm& world,
   const std::vector<float> k = Generate(options.seed, kK, mine, layout.num_kv_heads, head_dim);
   const std::vector<float> v = Generate(options.seed, kV, mine, layout.num_kv_heads, head_dim);
   const std::vector<float> d_o = Generate(options.seed, kDO, mine, layout.num_heads, head_dim);
+  phase("forward");
   auto forward = attention.Forward(q, k, v);
   if (!forward) return std::unexpected(forward.error());
+  phase("backward");
   auto backward = attention.Backward(d_o);
   if (!backward) return std::unexpected(backward.error());
 
+  phase("gather");
   AttnCheckReport report;
   GatherPhaseTimes(world, attention, report);
   double passed_flag = 1;
   if (std::optional<FullOutputs> distributed =
           GatherToRankZero(world, layout, head_dim, *forward, *backward)) {
+    phase("reference");
     const auto start = std::chrono::steady_clock::now();
     const FullOutputs reference = ReferenceOutputs(layout, options);
     report.reference_seconds =
@@ -281,6 +458,7 @@ Result<AttnCheckReport> RunAttnCheck(const Plan& plan, Comm& world,
       if (!(stats.relative() <= options.tolerance)) passed_flag = 0;
     }
   }
+  phase("verdict");
   // Everyone learns the verdict, so every rank exits with the same code.
   double verdict[1] = {world.rank() == 0 ? passed_flag : 0.0};
   world.AllreduceSum(std::span<double>(verdict, 1));

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct AttnCheckOptions {
   int head_dim = 32;
   uint64_t seed = 1;
   double tolerance = 1e-5;  // on the relative error of every output
+  // Called with the name of each phase as it starts ("agreement", "forward", ...), e.g. for a
+  // watchdog's messages. Optional.
+  std::function<void(const char*)> on_phase;
 };
 
 struct ErrorStats {
@@ -47,8 +51,10 @@ struct AttnCheckReport {
 // Deterministic input value in [-1, 1) for (seed, tensor id, position, head, dim).
 float InputValue(uint64_t seed, int tensor, int64_t position, int head, int dim);
 
-// Collective over `world` (plan.num_ranks ranks). Errors (plan mismatch, bad plan, head_dim) are
-// returned identically on every rank.
+// Collective over `world` (plan.num_ranks ranks). Before allocating anything, every rank checks
+// that all ranks use the same seed, head_dim and tolerance, and that the ranks on each machine
+// fit in the memory it can give them. Errors (option or plan mismatch, bad plan, not enough
+// memory) are returned identically on every rank.
 Result<AttnCheckReport> RunAttnCheck(const Plan& plan, Comm& world,
                                      const AttnCheckOptions& options);
 

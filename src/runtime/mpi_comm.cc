@@ -3,9 +3,13 @@
 #include "runtime/mpi_comm.h"
 
 #include <mpi.h>
+#include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cstdio>
 #include <vector>
 
 #include "spec/error.h"
@@ -163,7 +167,7 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Initialized(&initialized);
   if (!initialized) {
     int provided = 0;
-    MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
     finalize_ = true;
   }
 }
@@ -178,6 +182,170 @@ std::unique_ptr<Comm> MpiWorldComm() {
   MPI_Comm dup = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   return std::make_unique<MpiComm>(dup);
+}
+
+// --- Watchdog ------------------------------------------------------------------------------------
+
+namespace {
+
+using WatchdogClock = std::chrono::steady_clock;
+constexpr int kHeartbeatTag = 1;
+constexpr int kFinalCountTag = 2;
+constexpr double kMaxBeatSeconds = 1.0;
+constexpr auto kPollInterval = std::chrono::milliseconds(50);
+constexpr const char* kWatchdogThreadName = "hexiseq-watch";  // in /proc/PID/task/*/comm
+
+double SecondsSince(WatchdogClock::time_point start) {
+  return std::chrono::duration<double>(WatchdogClock::now() - start).count();
+}
+
+}  // namespace
+
+// Heartbeat bookkeeping, one entry per peer (the entry for this rank is unused).
+struct MpiWatchdog::State {
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0, size = 1;
+  double beat_seconds = kMaxBeatSeconds;
+  std::vector<int64_t> inbox, outbox;        // buffers of the posted receive / last send
+  std::vector<MPI_Request> receives, sends;  // posted receive, last send
+  std::vector<int64_t> received, sent;       // heartbeats so far
+  std::vector<WatchdogClock::time_point> last_heard;
+  WatchdogClock::time_point last_beat;
+
+  void PostReceive(int peer) {
+    MPI_Irecv(&inbox[peer], 1, MPI_INT64_T, peer, kHeartbeatTag, comm, &receives[peer]);
+  }
+  // Completes the heartbeats that arrived from `peer`, reposting after each while `more` says so.
+  void TakeHeartbeats(int peer, int64_t expected) {
+    while (receives[peer] != MPI_REQUEST_NULL) {
+      int arrived = 0;
+      MPI_Test(&receives[peer], &arrived, MPI_STATUS_IGNORE);
+      if (!arrived) return;
+      ++received[peer];
+      last_heard[peer] = WatchdogClock::now();
+      if (received[peer] < expected) PostReceive(peer);
+    }
+  }
+  void Beat(int peer) {
+    int idle = 1;
+    if (sends[peer] != MPI_REQUEST_NULL) MPI_Test(&sends[peer], &idle, MPI_STATUS_IGNORE);
+    if (!idle) return;  // the last heartbeat is still in flight
+    outbox[peer] = ++sent[peer];
+    MPI_Isend(&outbox[peer], 1, MPI_INT64_T, peer, kHeartbeatTag, comm, &sends[peer]);
+  }
+};
+
+MpiWatchdog::MpiWatchdog(std::string what, double timeout_seconds)
+    : what_(std::move(what)), timeout_seconds_(timeout_seconds), state_(std::make_unique<State>()) {
+  State& state = *state_;
+  MPI_Comm_size(MPI_COMM_WORLD, &state.size);
+  MPI_Comm_rank(MPI_COMM_WORLD, &state.rank);
+  int level = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&level);
+  if (state.size == 1) return;  // nobody to wait for
+  if (level < MPI_THREAD_MULTIPLE) {
+    if (state.rank == 0)
+      std::fprintf(stderr,
+                   "hexiseq: %s: the watchdog is off: MPI was not initialized with "
+                   "MPI_THREAD_MULTIPLE\n",
+                   what_.c_str());
+    return;
+  }
+  MPI_Comm_dup(MPI_COMM_WORLD, &state.comm);
+  state.beat_seconds = std::min(kMaxBeatSeconds, timeout_seconds_ / 4);
+  state.inbox.assign(state.size, 0);
+  state.outbox.assign(state.size, 0);
+  state.receives.assign(state.size, MPI_REQUEST_NULL);
+  state.sends.assign(state.size, MPI_REQUEST_NULL);
+  state.received.assign(state.size, 0);
+  state.sent.assign(state.size, 0);
+  state.last_heard.assign(state.size, WatchdogClock::now());
+  state.last_beat = WatchdogClock::now() - std::chrono::hours(1);
+  for (int peer = 0; peer < state.size; ++peer)
+    if (peer != state.rank) state.PostReceive(peer);
+  thread_ = std::thread([this] { Run(); });
+}
+
+void MpiWatchdog::Run() {
+  pthread_setname_np(pthread_self(), kWatchdogThreadName);
+  State& state = *state_;
+  constexpr int64_t kUnbounded = INT64_MAX;
+  while (!stop_.load()) {
+    const bool beat = SecondsSince(state.last_beat) >= state.beat_seconds;
+    if (beat) state.last_beat = WatchdogClock::now();
+    for (int peer = 0; peer < state.size; ++peer) {
+      if (peer == state.rank) continue;
+      state.TakeHeartbeats(peer, kUnbounded);
+      if (beat) state.Beat(peer);
+      const double silent = SecondsSince(state.last_heard[peer]);
+      if (silent > timeout_seconds_) {
+        char text[160];
+        std::snprintf(text, sizeof text,
+                      "no heartbeat from rank %d for %.0f s: it is stopped, "
+                      "hung or dead",
+                      peer, silent);
+        Fail(text);
+      }
+    }
+    std::this_thread::sleep_for(kPollInterval);
+  }
+}
+
+void MpiWatchdog::Fail(const std::string& message) {
+  std::fprintf(stderr,
+               "hexiseq: %s: rank %d (phase %s): %s (rule: --timeout %g s; hint: check that "
+               "process, its node and its network; exiting)\n",
+               what_.c_str(), state_->rank, phase_.load(), message.c_str(), timeout_seconds_);
+  std::fflush(stderr);
+  // A short grace so that every live rank reports before mpirun ends the job.
+  std::this_thread::sleep_for(std::chrono::duration<double>(2 * state_->beat_seconds));
+  _exit(1);
+}
+
+MpiWatchdog::~MpiWatchdog() {
+  State& state = *state_;
+  if (state.comm == MPI_COMM_NULL) return;
+  stop_.store(true);
+  thread_.join();
+  // Tell each peer how many heartbeats we sent, and take all of theirs, so that nothing is left
+  // unmatched when the communicator is freed (bounded by the timeout as well).
+  phase_.store("shutdown");
+  std::vector<int64_t> final_out(state.sent), final_in(state.size, -1);
+  std::vector<MPI_Request> final_sends(state.size, MPI_REQUEST_NULL),
+      final_receives(state.size, MPI_REQUEST_NULL);
+  for (int peer = 0; peer < state.size; ++peer) {
+    if (peer == state.rank) continue;
+    MPI_Isend(&final_out[peer], 1, MPI_INT64_T, peer, kFinalCountTag, state.comm,
+              &final_sends[peer]);
+    MPI_Irecv(&final_in[peer], 1, MPI_INT64_T, peer, kFinalCountTag, state.comm,
+              &final_receives[peer]);
+  }
+  const auto start = WatchdogClock::now();
+  for (int peer = 0; peer < state.size; ++peer) {
+    if (peer == state.rank) continue;
+    while (true) {
+      int counted = 0;
+      MPI_Test(&final_receives[peer], &counted, MPI_STATUS_IGNORE);
+      if (counted || final_receives[peer] == MPI_REQUEST_NULL) {
+        state.TakeHeartbeats(peer, final_in[peer]);
+        if (state.received[peer] >= final_in[peer]) break;
+      }
+      if (SecondsSince(start) > timeout_seconds_) {
+        char text[160];
+        std::snprintf(text, sizeof text, "rank %d did not finish within %.0f s", peer,
+                      timeout_seconds_);
+        Fail(text);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (state.receives[peer] != MPI_REQUEST_NULL) {  // posted for a heartbeat that never comes
+      MPI_Cancel(&state.receives[peer]);
+      MPI_Wait(&state.receives[peer], MPI_STATUS_IGNORE);
+    }
+  }
+  MPI_Waitall(state.size, final_sends.data(), MPI_STATUSES_IGNORE);
+  MPI_Waitall(state.size, state.sends.data(), MPI_STATUSES_IGNORE);
+  MPI_Comm_free(&state.comm);
 }
 
 }  // namespace hexiseq::runtime

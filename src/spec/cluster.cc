@@ -27,6 +27,7 @@
 #include <limits>
 #include <optional>
 
+#include "spec/limits.h"
 #include "spec/spec_input.h"
 #include "spec/units.h"
 
@@ -43,8 +44,6 @@ using spec_internal::Quote;
 // Per-message latency inside a node (NVLink / PCIe P2P, NCCL small-message figure). The
 // cross-node default is Cluster::inter_node_latency_seconds (5 us, one RDMA hop).
 constexpr double kDefaultIntraNodeLatencySeconds = 3e-6;
-// Upper bound on ranks so that a typo (count: 1000000000) cannot exhaust memory.
-constexpr int64_t kMaxRanks = 1 << 20;
 
 constexpr const char* kExample = "start from examples/clusters/h100-a100-16.yaml";
 
@@ -55,6 +54,37 @@ const std::vector<std::string> kKindKeys = {
     "intra_node", "nic", "gemm_efficiency", "attention_efficiency",
     "latency"};
 const std::vector<std::string> kLinkKeys = {"between", "bandwidth"};
+
+// True when the two kinds differ at most in their node count.
+bool SameExceptCount(const NodeKind& a, NodeKind b) {
+  b.count = a.count;
+  return a == b;
+}
+
+// Adjacent node kinds that are identical (same device, links, efficiencies and latency; no
+// `links:` entry names either) become one kind with their counts added. Rank numbering does not
+// change, and the planner, whose work grows with the number of kinds, sees one kind instead of
+// thousands of identical one-GPU entries.
+void MergeIdenticalNeighbours(Cluster& cluster) {
+  std::vector<bool> linked(cluster.kinds.size(), false);
+  for (const LinkOverride& link : cluster.links) linked[link.kind_a] = linked[link.kind_b] = true;
+  std::vector<int> new_index(cluster.kinds.size());
+  std::vector<NodeKind> merged;
+  for (size_t kind = 0; kind < cluster.kinds.size(); ++kind) {
+    const NodeKind& current = cluster.kinds[kind];
+    if (kind > 0 && !linked[kind] && !linked[kind - 1] && SameExceptCount(merged.back(), current)) {
+      merged.back().count += current.count;
+    } else {
+      merged.push_back(current);
+    }
+    new_index[kind] = static_cast<int>(merged.size()) - 1;
+  }
+  for (LinkOverride& link : cluster.links) {
+    link.kind_a = new_index[link.kind_a];
+    link.kind_b = new_index[link.kind_b];
+  }
+  cluster.kinds = std::move(merged);
+}
 
 Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
                           const DeviceCatalog& catalog) {
@@ -100,6 +130,12 @@ Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
                                         nodes_rule, "write each node kind as `- gpu: H100-SXM`"));
   }
 
+  if (static_cast<int64_t>(nodes.size()) > kMaxNodeKinds) {
+    return InvalidArgument(
+        FieldMessage(field("nodes"), "", std::to_string(nodes.size()) + " node kinds",
+                     "at most " + std::to_string(kMaxNodeKinds) + " node kinds (docs/limits.md)",
+                     "give identical nodes as one kind with a count"));
+  }
   std::vector<std::string> kind_names;  // `name:` of each kind, or "" when not given
   int64_t total_ranks = 0;
   for (size_t index = 0; index < nodes.size(); ++index) {
@@ -149,10 +185,10 @@ Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
     kind.gpus_per_node = static_cast<int>(*per_node);
     total_ranks += *count * *per_node;
     if (total_ranks > kMaxRanks) {
-      return InvalidArgument(
-          FieldMessage(where, "", "the cluster has " + std::to_string(total_ranks) + " GPUs so far",
-                       "at most " + std::to_string(kMaxRanks) + " GPUs in a cluster",
-                       "check count and gpus_per_node"));
+      return InvalidArgument(FieldMessage(
+          where, "", "the cluster has " + std::to_string(total_ranks) + " GPUs so far",
+          "at most " + std::to_string(kMaxRanks) + " GPUs in a cluster (docs/limits.md)",
+          "check count and gpus_per_node"));
     }
 
     kind.intra_node_bytes_per_second = kind.device.intra_node_bytes_per_second;
@@ -255,6 +291,7 @@ Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
       }
     }
   }
+  MergeIdenticalNeighbours(cluster);
   cluster.Finalize();
   return cluster;
 }

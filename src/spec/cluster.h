@@ -72,7 +72,8 @@ struct Cluster {
 };
 
 // Parses a cluster file (YAML; JSON is YAML). Errors name the file, the field path, the value,
-// the rule and a hint; YAML syntax errors give line and column.
+// the rule and a hint; YAML syntax errors give line and column. Adjacent identical entries of
+// `nodes:` that no `links:` entry names become one kind (counts added; rank numbering unchanged).
 Result<Cluster> LoadCluster(const std::string& path, const DeviceCatalog& catalog);
 Result<Cluster> ParseCluster(const std::string& text, const std::string& source_name,
                              const DeviceCatalog& catalog);

@@ -16,6 +16,17 @@ const char* ErrorCodeName(ErrorCode code) {
   return "error";
 }
 
+std::string FieldMessage(const std::string& where, const std::string& value,
+                         const std::string& problem, const std::string& rule,
+                         const std::string& hint) {
+  std::string out = where;
+  if (!value.empty()) out += " = " + value;
+  out += ": " + problem + " (rule: " + rule;
+  if (!hint.empty()) out += "; hint: " + hint;
+  out += ")";
+  return out;
+}
+
 void AssertFail(const char* expr, const char* file, int line, const char* what) {
   std::fprintf(stderr, "hexiseq: internal error: %s:%d: check failed: %s (%s)\n", file, line, expr,
                what);

@@ -40,6 +40,12 @@ inline std::unexpected<Error> Internal(std::string message) {
 
 const char* ErrorCodeName(ErrorCode code);
 
+// The one message shape for a bad field: "<where> = <value>: <problem> (rule: <rule>; hint:
+// <hint>)". `value` and `hint` may be empty.
+std::string FieldMessage(const std::string& where, const std::string& value,
+                         const std::string& problem, const std::string& rule,
+                         const std::string& hint);
+
 // Always-on assertion for internal invariants (bugs, never user input).
 [[noreturn]] void AssertFail(const char* expr, const char* file, int line, const char* what);
 #define HEXISEQ_CHECK(cond, what) \

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "spec/limits.h"
 #include "spec/spec_input.h"
 
 namespace hexiseq {
@@ -136,28 +137,29 @@ Result<ModelSpec> ParseModelRoot(const YAML::Node& root, const std::string& file
     const char* key;
     int* target;
     const char* hint;
+    int64_t max;
   };
   for (IntField required : {
-           IntField{"layers", &spec.layers, "write layers: 32"},
-           IntField{"hidden", &spec.hidden, "write hidden: 4096"},
-           IntField{"heads", &spec.heads, "write heads: 32"},
+           IntField{"layers", &spec.layers, "write layers: 32", kMaxModelWidth},
+           IntField{"hidden", &spec.hidden, "write hidden: 4096", kMaxModelWidth},
+           IntField{"heads", &spec.heads, "write heads: 32", kMaxHeads},
            IntField{"kv_heads", &spec.kv_heads,
-                    "write kv_heads: 8 (for multi-head attention, kv_heads = heads)"},
-           IntField{"ffn_hidden", &spec.ffn_hidden, "write ffn_hidden: 14336"},
-           IntField{"vocab", &spec.vocab, "write vocab: 128256"},
+                    "write kv_heads: 8 (for multi-head attention, kv_heads = heads)", kMaxHeads},
+           IntField{"ffn_hidden", &spec.ffn_hidden, "write ffn_hidden: 14336", kMaxModelWidth},
+           IntField{"vocab", &spec.vocab, "write vocab: 128256", kMaxModelWidth},
        }) {
     const YAML::Node node = spec_internal::Get(*entries, required.key);
     if (!node.IsDefined()) {
       return InvalidArgument(FieldMessage(field(required.key), "", "missing", required_rule,
                                           std::string(required.hint) + "; " + example));
     }
-    auto value =
-        spec_internal::ReadInt(node, field(required.key), 1, 1 << 24, required_rule, required.hint);
+    auto value = spec_internal::ReadInt(node, field(required.key), 1, required.max,
+                                        required_rule + " (bounds: docs/limits.md)", required.hint);
     if (!value) return std::unexpected(value.error());
     *required.target = static_cast<int>(*value);
   }
   if (YAML::Node node = spec_internal::Get(*entries, "head_dim"); node.IsDefined()) {
-    auto value = spec_internal::ReadInt(node, field("head_dim"), 1, 1 << 16,
+    auto value = spec_internal::ReadInt(node, field("head_dim"), 1, kMaxHeadDim,
                                         "head_dim is a whole number >= 1", "write head_dim: 128");
     if (!value) return std::unexpected(value.error());
     spec.head_dim = static_cast<int>(*value);
@@ -289,16 +291,19 @@ Result<Recompute> ParseRecompute(const std::string& text) {
 }
 
 Result<void> ValidateWorkload(const Workload& w) {
-  if (w.seq_len < 1) {
-    return InvalidArgument(FieldMessage("--seq", std::to_string(w.seq_len), "must be >= 1",
-                                        "a whole number of tokens >= 1, optionally with suffix "
-                                        "K (x1024) or M (x1048576)",
-                                        "write 256K or 1M"));
+  if (w.seq_len < 1 || w.seq_len > kMaxSeqLen) {
+    return InvalidArgument(
+        FieldMessage("--seq", std::to_string(w.seq_len),
+                     w.seq_len < 1 ? "must be >= 1" : "must be <= " + std::to_string(kMaxSeqLen),
+                     "a whole number of tokens >= 1, optionally with suffix "
+                     "K (x1024) or M (x1048576)",
+                     "write 256K or 1M"));
   }
-  if (w.batch < 1) {
-    return InvalidArgument(FieldMessage("--batch", std::to_string(w.batch), "must be >= 1",
-                                        "sequences per iteration, a whole number >= 1",
-                                        "write --batch 1"));
+  if (w.batch < 1 || w.batch > kMaxBatch) {
+    return InvalidArgument(
+        FieldMessage("--batch", std::to_string(w.batch),
+                     w.batch < 1 ? "must be >= 1" : "must be <= " + std::to_string(kMaxBatch),
+                     "sequences per iteration, a whole number >= 1", "write --batch 1"));
   }
   if (w.zero_stage < 0 || w.zero_stage > 3) {
     return InvalidArgument(FieldMessage("--zero", std::to_string(w.zero_stage),

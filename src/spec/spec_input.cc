@@ -14,6 +14,8 @@
 #include <limits>
 #include <sstream>
 
+#include "spec/input_file.h"
+#include "spec/limits.h"
 #include "spec/units.h"
 
 namespace hexiseq::spec_internal {
@@ -141,38 +143,9 @@ std::string Quote(const std::string& text) {
   return out;
 }
 
-std::string FieldMessage(const std::string& where, const std::string& value,
-                         const std::string& problem, const std::string& rule,
-                         const std::string& hint) {
-  std::string out = where;
-  if (!value.empty()) out += " = " + value;
-  out += ": " + problem + " (rule: " + rule;
-  if (!hint.empty()) out += "; hint: " + hint;
-  out += ")";
-  return out;
-}
-
 Result<std::string> ReadTextFile(const std::string& path, const std::string& what) {
-  std::error_code fs_error;
-  if (std::filesystem::is_directory(path, fs_error)) {
-    return IoError(path + ": cannot read the " + what + ": is a directory (rule: the " + what +
-                   " must be a readable file; hint: give the path of a file)");
-  }
-  errno = 0;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const std::string reason = errno != 0 ? std::strerror(errno) : "cannot open";
-    return IoError(path + ": cannot read the " + what + ": " + reason + " (rule: the " + what +
-                   " must exist and be readable; hint: check the path" +
-                   (what == "cluster file" ? "; examples are in examples/clusters/" : "") + ")");
-  }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) {
-    return IoError(path + ": error while reading the " + what +
-                   " (rule: the file must be readable; hint: check that it is a regular file)");
-  }
-  return buffer.str();
+  return ReadInputFile(path, what, kMaxSpecFileBytes,
+                       what == "cluster file" ? "examples are in examples/clusters/" : "");
 }
 
 std::string FileStem(const std::string& path) {
@@ -385,6 +358,10 @@ Result<double> ReadDuration(const YAML::Node& node, const std::string& where) {
   if (value < 0) {
     return InvalidArgument(FieldMessage(where, Quote(*text), "must be >= 0", rule, hint));
   }
+  if (value * scale > kMaxLatencySeconds) {
+    return InvalidArgument(FieldMessage(where, Quote(*text), "must be <= 1 s",
+                                        rule + "; the bounds are in docs/limits.md", hint));
+  }
   return value * scale;
 }
 
@@ -431,6 +408,15 @@ Result<DeviceSpec> ParseDeviceRow(const YAML::Node& row, const std::string& wher
                               "dense BF16 tensor TFLOPS without sparsity, a number > 0",
                               "write bf16_tflops: 312");
     if (!value) return std::unexpected(value.error());
+    if (*value < kMinPeakTflops || *value > kMaxPeakTflops) {
+      char range[64];
+      std::snprintf(range, sizeof range, "[%g, %g]", kMinPeakTflops, kMaxPeakTflops);
+      return InvalidArgument(FieldMessage(prefix("bf16_tflops"), ShowScalar(Trim(tflops.Scalar())),
+                                          std::string("outside the plausible range ") + range,
+                                          "dense BF16 tensor TFLOPS; the bounds are in "
+                                          "docs/limits.md",
+                                          "write bf16_tflops: 312"));
+    }
     spec.peak_flops = *value * 1e12;
   }
   const YAML::Node memory = Get(*entries, "memory");

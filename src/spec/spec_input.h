@@ -29,9 +29,7 @@ std::vector<std::string> ClosestNames(const std::string& query,
 // A value for a message: double-quoted, escaped, and cut to a readable length.
 std::string Quote(const std::string& text);
 // "<where> = <value>: <problem> (rule: <rule>; hint: <hint>)"; value may be empty.
-std::string FieldMessage(const std::string& where, const std::string& value,
-                         const std::string& problem, const std::string& rule,
-                         const std::string& hint);
+using ::hexiseq::FieldMessage;
 
 // Reads a whole file; kIo error naming the path and the OS reason.
 Result<std::string> ReadTextFile(const std::string& path, const std::string& what);

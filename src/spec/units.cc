@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "spec/limits.h"
 #include "spec/spec_input.h"
 
 namespace hexiseq {
@@ -38,7 +39,8 @@ bool SplitNumber(const std::string& text, double* value, std::string* unit) {
 Result<double> ParseQuantity(const std::string& raw, const std::string& where,
                              const std::vector<Unit>& units, bool fold_case, double bare_scale,
                              const std::string& kind, const std::string& rule,
-                             const std::string& hint) {
+                             const std::string& hint, double min, double max,
+                             std::string (*format)(double)) {
   const std::string text = Trim(raw);
   double value = 0;
   std::string unit;
@@ -66,8 +68,10 @@ Result<double> ParseQuantity(const std::string& raw, const std::string& where,
     return InvalidArgument(FieldMessage(where, Quote(raw), "must be > 0", rule, hint));
   }
   const double result = value * scale;
-  if (!std::isfinite(result)) {
-    return InvalidArgument(FieldMessage(where, Quote(raw), "too large", rule, hint));
+  if (!(result >= min && result <= max)) {  // also catches an overflow to inf
+    return InvalidArgument(FieldMessage(
+        where, Quote(raw), "outside the plausible range [" + format(min) + ", " + format(max) + "]",
+        rule + "; the bounds are in docs/limits.md", hint));
   }
   return result;
 }
@@ -86,7 +90,8 @@ Result<double> ParseBandwidth(const std::string& text, const std::string& where)
       {"GB/s", 1e9},    {"Gb/s", 1.25e8}, {"TB/s", 1e12}, {"Tb/s", 1.25e11}, {"MB/s", 1e6},
       {"Mb/s", 1.25e5}, {"B/s", 1.0},     {"GBps", 1e9},  {"Gbps", 1.25e8},  {"Gbit/s", 1.25e8}};
   return ParseQuantity(text, where, units, false, 1e9, "a bandwidth",
-                       "a number with unit GB/s, Gb/s or TB/s", "write 450 GB/s");
+                       "a number with unit GB/s, Gb/s or TB/s", "write 450 GB/s",
+                       kMinBandwidthBytesPerSecond, kMaxBandwidthBytesPerSecond, FormatBandwidth);
 }
 
 Result<double> ParseMemory(const std::string& text, const std::string& where) {
@@ -94,7 +99,8 @@ Result<double> ParseMemory(const std::string& text, const std::string& where) {
       {"GiB", kGiB}, {"GB", kGB}, {"TiB", kGiB * 1024.0}, {"TB", 1e12}, {"MiB", 1024.0 * 1024.0},
       {"MB", 1e6},   {"B", 1.0}};
   return ParseQuantity(text, where, units, true, kGiB, "a memory size",
-                       "a number with unit GiB, GB or TiB", "write 80 GiB");
+                       "a number with unit GiB, GB or TiB", "write 80 GiB", kMinMemoryBytes,
+                       kMaxMemoryBytes, FormatBytes);
 }
 
 Result<int64_t> ParseTokenCount(const std::string& raw, const std::string& where) {
@@ -125,8 +131,10 @@ Result<int64_t> ParseTokenCount(const std::string& raw, const std::string& where
     return InvalidArgument(
         FieldMessage(where, Quote(raw), "not a whole number of tokens", rule, hint));
   }
-  if (tokens > 9.0e15) {
-    return InvalidArgument(FieldMessage(where, Quote(raw), "too large", rule, hint));
+  if (tokens > static_cast<double>(kMaxSeqLen)) {
+    return InvalidArgument(FieldMessage(
+        where, Quote(raw), "too large: at most " + std::to_string(kMaxSeqLen) + " tokens (2G)",
+        rule + "; the bounds are in docs/limits.md", hint));
   }
   return static_cast<int64_t>(tokens);
 }

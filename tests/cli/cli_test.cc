@@ -1,6 +1,7 @@
 // The hexiseq command end to end: exit codes (0 ok, 1 bad input or infeasible, 2 bad usage) and
 // messages that name the field, the value, the rule and a hint. stdout carries results only.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
@@ -9,50 +10,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <sys/wait.h>
+
+#include "cli/cli_test_util.h"
 
 namespace {
-
-struct CmdResult {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string TempDir() {
-  static const std::string dir = [] {
-    std::string d = std::filesystem::temp_directory_path() / ("hexiseq_cli_" + std::to_string(getpid()));
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
-
-std::string Write(const std::string& name, const std::string& text) {
-  const std::string path = TempDir() + "/" + name;
-  std::ofstream(path) << text;
-  return path;
-}
-
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-CmdResult Hexiseq(const std::string& args) {
-  const std::string exe = HEXISEQ_BIN_PATH;
-  const std::string out = TempDir() + "/stdout", err = TempDir() + "/stderr";
-  const std::string cmd = exe + " " + args + " >" + out + " 2>" + err;
-  const int status = std::system(cmd.c_str());
-  CmdResult r;
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = Slurp(out);
-  r.err = Slurp(err);
-  return r;
-}
-
-std::string Example(const std::string& rel) {
-  return std::string(HEXISEQ_SOURCE_PATH) + "/" + rel;
-}
 
 const char* kGoodCluster =
     "name: two-kinds\n"
@@ -60,13 +21,6 @@ const char* kGoodCluster =
     "  - gpu: H100-SXM\n    count: 1\n    gpus_per_node: 4\n"
     "  - gpu: A100-SXM-80G\n    count: 1\n    gpus_per_node: 4\n"
     "inter_node: 25 GB/s\n";
-
-void ExpectBadInput(const CmdResult& r, std::initializer_list<const char*> needles) {
-  EXPECT_EQ(r.code, 1) << r.err;
-  EXPECT_TRUE(r.out.empty()) << "stdout must carry results only: " << r.out;
-  for (const char* n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << "want '" << n
-                                                                            << "' in: " << r.err;
-}
 
 std::string PlanArgs(const std::string& cluster, const std::string& extra = "") {
   return "plan --cluster " + cluster + " --model llama3-8b --seq 64K " + extra;

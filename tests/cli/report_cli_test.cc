@@ -9,35 +9,15 @@
 #include <fstream>
 #include <string>
 
+#include "cli/cli_test_util.h"
+
 namespace {
 
-struct ReportRun {
-  int code = -1;
-  std::string out, err;
-};
-
-std::string ReportTempDir() {
-  static const std::string dir = [] {
-    std::string d =
-        std::filesystem::temp_directory_path() / ("hexiseq_report_cli_" + std::to_string(getpid()));
-    std::filesystem::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using ReportRun = CmdResult;
 
 ReportRun Report(const std::string& args) {
-  const std::string out = ReportTempDir() + "/stdout", err = ReportTempDir() + "/stderr";
-  const std::string cmd = std::string(HEXISEQ_BIN_PATH) + " report --cluster " +
-                          HEXISEQ_SOURCE_PATH + "/examples/clusters/custom-4.yaml --model " +
-                          "llama3-8b " + args + " >" + out + " 2>" + err;
-  const int status = std::system(cmd.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadAll(out), ReadAll(err)};
+  return Hexiseq("report --cluster " + Example("examples/clusters/custom-4.yaml") +
+                 " --model llama3-8b " + args);
 }
 
 TEST(ReportCli, UnknownFigureIsUsageError) {
@@ -61,13 +41,13 @@ TEST(ReportCli, SvgNeedsFigureAndFigureNeedsSvg) {
 }
 
 TEST(ReportCli, MissingPlanNamesTheFile) {
-  const ReportRun r = Report("--seq 32K --plan " + ReportTempDir() + "/no-such-plan.json");
+  const ReportRun r = Report("--seq 32K --plan " + TempDir() + "/no-such-plan.json");
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("no-such-plan.json"), std::string::npos) << r.err;
 }
 
 TEST(ReportCli, PlanForAnotherSequenceLength) {
-  const std::string plan = ReportTempDir() + "/plan32k.json";
+  const std::string plan = TempDir() + "/plan32k.json";
   const std::string cmd = std::string(HEXISEQ_BIN_PATH) + " plan --cluster " + HEXISEQ_SOURCE_PATH +
                           "/examples/clusters/custom-4.yaml --model llama3-8b --seq 32K "
                           "--format json -o " +
@@ -77,10 +57,10 @@ TEST(ReportCli, PlanForAnotherSequenceLength) {
   EXPECT_EQ(r.code, 1);
   EXPECT_NE(r.err.find("--seq = 64K"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--seq 32768"), std::string::npos) << r.err;
-  const std::string page = ReportTempDir() + "/given.html";
+  const std::string page = TempDir() + "/given.html";
   r = Report("--seq 32K --plan " + plan + " -o " + page);
   ASSERT_EQ(r.code, 0) << r.err;
-  const std::string html = ReadAll(page);
+  const std::string html = Slurp(page);
   EXPECT_TRUE(html.starts_with("<!DOCTYPE html>"));
   EXPECT_NE(html.find("plan32k.json"), std::string::npos) << "names the plan's source";
 }

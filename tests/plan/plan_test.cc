@@ -108,7 +108,7 @@ TEST(Plan, WrongFormatStringRejectedByParser) {
   text.replace(text.find("hexiseq.plan/1"), 14, "hexiseq.plan/9");
   auto r = ParsePlanJson(text, "p.json");
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("plan.format = \"hexiseq.plan/9\": must be"),
+  EXPECT_NE(r.error().message.find("p.json: format = \"hexiseq.plan/9\": must be"),
             std::string::npos)
       << r.error().message;
 }
@@ -116,7 +116,8 @@ TEST(Plan, WrongFormatStringRejectedByParser) {
 TEST(Plan, ParserNamesBadFields) {
   auto r = ParsePlanJson("{\"format\":\"hexiseq.plan/1\",\"seq_len\":\"x\"}", "p.json");
   ASSERT_FALSE(r);
-  EXPECT_NE(r.error().message.find("plan.seq_len = \"x\": must be an integer"), std::string::npos)
+  EXPECT_NE(r.error().message.find("p.json: seq_len = \"x\": must be an integer"),
+            std::string::npos)
       << r.error().message;
   r = ParsePlanJson("{not json", "p.json");
   ASSERT_FALSE(r);

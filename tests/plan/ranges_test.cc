@@ -5,6 +5,8 @@
 
 #include <random>
 
+#include "spec/limits.h"
+
 namespace hexiseq {
 namespace {
 
@@ -27,6 +29,40 @@ Ranges RandomRanges(std::mt19937& rng, int64_t seq) {
     out.push_back({a, b});
   }
   return out;
+}
+
+// Pairs (q, k) with 0 <= q < x, 0 <= k < y and k <= q, in 128 bits (an independent closed form:
+// CausalPairs([a, b), [c, d)) follows by inclusion-exclusion).
+__int128 PairsBelow(int64_t x, int64_t y) {
+  const __int128 xs = x, ys = y;
+  if (ys >= xs) return xs * (xs + 1) / 2;
+  return ys * (ys + 1) / 2 + (xs - ys) * ys;
+}
+
+__int128 InclusionExclusionPairs(Range q, Range k) {
+  return PairsBelow(q.end, k.end) - PairsBelow(q.begin, k.end) - PairsBelow(q.end, k.begin) +
+         PairsBelow(q.begin, k.begin);
+}
+
+TEST(CausalPairs, LongestSequenceDoesNotOverflow) {
+  // At 3G tokens S(S+1) passes 2^63; the bound is kMaxSeqLen and every count up to it is exact.
+  const int64_t seq = kMaxSeqLen;
+  const __int128 want = static_cast<__int128>(seq) * (seq + 1) / 2;
+  EXPECT_EQ(static_cast<__int128>(CausalPrefixPairs({{0, seq}})), want);
+  EXPECT_EQ(static_cast<__int128>(CausalPairs({0, seq}, {0, seq})), want);
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 2000; ++trial) {
+    Range ranges[2];
+    for (Range& r : ranges) {
+      int64_t a = std::uniform_int_distribution<int64_t>(0, seq)(rng);
+      int64_t b = std::uniform_int_distribution<int64_t>(0, seq)(rng);
+      r = {std::min(a, b), std::max(a, b)};
+    }
+    ASSERT_EQ(static_cast<__int128>(CausalPairs(ranges[0], ranges[1])),
+              InclusionExclusionPairs(ranges[0], ranges[1]))
+        << "trial " << trial << ": [" << ranges[0].begin << ", " << ranges[0].end << ") x ["
+        << ranges[1].begin << ", " << ranges[1].end << ")";
+  }
 }
 
 TEST(CausalPairs, MatchesBruteForceOnRandomRangeSets) {

@@ -480,5 +480,30 @@ TEST(ClusterTest, MutatedInputsNeverCrash) {
   EXPECT_GT(errors, 0);
 }
 
+TEST(ClusterTest, IdenticalNeighbourKindsAreMergedKeepingRankOrder) {
+  std::string text = "nodes:\n";
+  for (int entry = 0; entry < 3; ++entry)
+    text += "  - {gpu: H100-SXM, count: 1, gpus_per_node: 2}\n";
+  text += "  - {gpu: A100-SXM-80G, count: 1, gpus_per_node: 2}\n";
+  text += "  - {gpu: H100-SXM, count: 2, gpus_per_node: 2}\n";  // not adjacent to the others
+  auto cluster = Parse(text + "inter_node: 25 GB/s\n");
+  ASSERT_TRUE(cluster) << cluster.error().message;
+  ASSERT_EQ(cluster->kinds.size(), 3u);
+  EXPECT_EQ(cluster->kinds[0].count, 3);
+  EXPECT_EQ(cluster->kinds[2].count, 2);
+  ASSERT_EQ(cluster->num_ranks(), 12);
+  EXPECT_EQ(cluster->device(5).name, "H100-SXM");
+  EXPECT_EQ(cluster->device(6).name, "A100-SXM-80G");
+  EXPECT_EQ(cluster->ranks[5].node, 2);
+  // A kind that `links:` names keeps its own entry (its links differ from its neighbour's).
+  auto linked = Parse(
+      "nodes:\n  - {name: a, gpu: H100-SXM, count: 1, gpus_per_node: 2}\n"
+      "  - {name: b, gpu: H100-SXM, count: 1, gpus_per_node: 2}\n"
+      "links:\n  - {between: [a, b], bandwidth: 5 GB/s}\n");
+  ASSERT_TRUE(linked) << linked.error().message;
+  EXPECT_EQ(linked->kinds.size(), 2u);
+  EXPECT_EQ(linked->Bandwidth(0, 2), 5e9);
+}
+
 }  // namespace
 }  // namespace hexiseq

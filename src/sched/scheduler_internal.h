@@ -50,4 +50,37 @@ struct SearchOutcome {
 // ExplainInfeasible's re-plans).
 SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& options, bool quick);
 
+// ---- The exact search's domain (exact_search.cc states it in full).
+// The sequence in 2 x kExactGroupSteps chunks: active group k takes c_k >= 1 chunks from the front
+// and c_k from the back (sum c_k = kExactGroupSteps); member tokens are multiples of
+// 1 / kExactMemberSteps of the group's tokens; heads are whole, in consecutive blocks.
+inline constexpr int kExactGroupSteps = 16;
+inline constexpr int kExactMemberSteps = 12;
+
+// Every structure of the domain (set partition, optional idle block, order of the active groups,
+// member order in each group), one per class of structures equal up to swapping ranks of a node.
+std::vector<Structure> ExactStructures(const Cluster& cluster);
+// Integer counts proportional to `steps` summing to `total` (largest remainder).
+std::vector<int64_t> GridSplit(int64_t total, const std::vector<int>& steps);
+// The domain point: group front and back chunks of group_steps[k] / kExactGroupSteps of S/2 each,
+// member tokens member_steps[k][i] / kExactMemberSteps of the group's, heads[k][i] heads.
+Layout ExactLayout(const Structure& structure, const std::vector<int>& group_steps, int64_t seq_len,
+                   const std::vector<std::vector<int>>& member_steps,
+                   const std::vector<std::vector<int>>& heads);
+
+struct ExactDomainResult {
+  bool found = false;     // at least one point scored
+  bool complete = false;  // false when the time limit cut the enumeration
+  PlanCost cost;          // the optimum: feasible first, then iteration time
+  Layout layout;
+  int64_t structures = 0;  // distinct structures enumerated
+  int64_t evaluated = 0;   // domain points scored in full (the rest were pruned by the bound)
+};
+// The optimum of the cost model over the domain (exhaustive with exact pruning).
+ExactDomainResult ExactDomainOptimum(const CostModel& model, const ScheduleOptions& options);
+// The nearest domain point to a layout: same groups, orders and heads; the idle ranks merged
+// into one idle group at the end; group and member tokens rounded onto the grid (every active
+// group keeps at least one step).
+Layout SnapToExactDomain(const Layout& layout, int64_t seq_len);
+
 }  // namespace hexiseq::sched_internal

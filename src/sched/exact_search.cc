@@ -13,14 +13,20 @@
 //  - member tokens: multiples of 1/kExactMemberSteps of the group's tokens (>= 0).
 // Largest-remainder rounding where S is not a multiple of the steps.
 //
-// Pruning, both exact:
+// Pruning, all exact (tests/sched/exact_search_test.cc checks the result against a brute force
+// and the cost-model properties the bounds rest on):
 //  - symmetry: ranks on the same node are identical (same device, same links), so structures that
 //    map onto the same sequence of node ids are scored once;
-//  - a lower bound: no plan is faster than its busiest rank's compute (iteration >= linear +
+//  - a compute bound: no plan is faster than its busiest rank's compute (iteration >= linear +
 //    attention seconds of every rank); for fixed group ranges a rank's linear seconds are
 //    proportional to its tokens and its attention seconds to its heads, with coefficients taken
 //    from the cost model on a probe plan. Choices whose bound is not below the best plan found so
-//    far are skipped (only once a feasible plan is known).
+//    far (plus kRunnerUpMargin, to keep runners-up) are skipped, once a feasible plan is known;
+//  - a memory bound: a rank's memory is model state + a part growing with its tokens + a part
+//    growing with its heads and KV heads, probed the same way; a choice that cannot fit is
+//    skipped.
+// The domain optimum is then refined outside the grid: 1-token descent from it, from the best
+// point of up to kRunnerUps other structures within kRunnerUpMargin of it, and from each baseline.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -39,6 +45,10 @@ using namespace sched_internal;
 // the proportional coefficients; far below any difference the benches report).
 constexpr double kBoundSlack = 1e-9;
 constexpr int64_t kExactDescentTrials = 20000;  // refinement outside the domain
+// Runners-up: the best point of each other structure within this fraction of the optimum is kept
+// (the bounds prune only above it), and the best kRunnerUps of them are refined too.
+constexpr double kRunnerUpMargin = 0.03;
+constexpr int kRunnerUps = 6;
 
 // Set partitions by restricted growth strings.
 void Partitions(int n, std::vector<int>& label, int index, int blocks,
@@ -209,8 +219,12 @@ struct Incumbent {
   PlanCost cost;
   Layout layout;
   int64_t evaluated = 0;
-  double Limit() const {  // bounds at or above this cannot improve
-    return have && cost.feasible ? cost.iteration_seconds : std::numeric_limits<double>::infinity();
+  // The best feasible point of each structure (by index) seen so far: runners-up for refinement.
+  size_t structure = 0;
+  std::vector<std::pair<double, Layout>> per_structure;
+  double Limit() const {  // bounds at or above this cannot improve nor be a runner-up
+    return have && cost.feasible ? cost.iteration_seconds * (1 + kRunnerUpMargin)
+                                 : std::numeric_limits<double>::infinity();
   }
 };
 
@@ -364,6 +378,9 @@ class GridSearch {
                                 member_heads_);
     const PlanCost cost = model_.Evaluate(BuildPlan(model_, layout, "exact", ""));
     ++best_.evaluated;
+    auto& mine = best_.per_structure[best_.structure];
+    if (cost.feasible && cost.iteration_seconds < mine.first)
+      mine = {cost.iteration_seconds, layout};
     if (!best_.have || Better(cost, best_.cost)) {
       best_.have = true;
       best_.cost = cost;
@@ -392,9 +409,11 @@ ExactDomainResult ExactDomainOptimum(const CostModel& model, const ScheduleOptio
   Clock clock(options.time_limit_seconds);
   const std::vector<Structure> structures = ExactStructures(model.cluster());
   Incumbent best;
+  best.per_structure.assign(structures.size(), {std::numeric_limits<double>::infinity(), {}});
   ExactDomainResult result;
   result.structures = static_cast<int64_t>(structures.size());
   for (size_t index = 0; index < structures.size(); ++index) {
+    best.structure = index;
     if (options.progress) options.progress(0.9 * index / structures.size());
     const Structure& structure = structures[index];
     const int k = static_cast<int>(structure.groups.size());
@@ -408,6 +427,14 @@ ExactDomainResult ExactDomainOptimum(const CostModel& model, const ScheduleOptio
   result.cost = best.cost;
   result.layout = best.layout;
   result.evaluated = best.evaluated;
+  std::stable_sort(best.per_structure.begin(), best.per_structure.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [seconds, layout] : best.per_structure) {
+    if (static_cast<int>(result.runners_up.size()) >= kRunnerUps || !std::isfinite(seconds)) break;
+    if (seconds <= best.cost.iteration_seconds * (1 + kRunnerUpMargin) &&
+        !(layout == result.layout))
+      result.runners_up.push_back(std::move(layout));
+  }
   return result;
 }
 
@@ -444,8 +471,9 @@ Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions
     best_cost.feasible = false;
     best_cost.max_memory_fraction = std::numeric_limits<double>::infinity();
   } else {
-    // Outside the domain: 1-token descent from the domain optimum ...
+    // Outside the domain: 1-token descent from the domain optimum and the runners-up ...
     RefineInto(model, domain.layout, clock, best, best_cost);
+    for (const Layout& start : domain.runners_up) RefineInto(model, start, clock, best, best_cost);
   }
   // ... and from each baseline plan.
   for (const StrategyResult& b : AllBaselines(model)) {

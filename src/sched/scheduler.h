@@ -53,12 +53,16 @@ Result<StrategyResult> Schedule(const CostModel& model, const ScheduleOptions& o
 // Strategy "exact": the optimum of the cost model over a stated domain, for clusters of at most
 // kExactMaxRanks ranks: every grouping (set partition, optionally one group idle), every order of
 // the groups (ring order and zigzag placement), every member order, every head split at
-// whole-head granularity (consecutive blocks in member order), group tokens in multiples of S/8
-// (mirrored front and back chunks of S/16), member tokens in multiples of 1/8 of their group's.
-// Exhaustive, pruned only by symmetry (ranks of one node) and a compute lower bound; the optimum
-// is then refined outside the grid by 1-token descent (never worse). kNotSupported for larger
+// whole-head granularity (consecutive blocks in member order); the sequence in
+// 2 x kExactGroupSteps chunks, active group k taking c_k >= 1 from the front and c_k from the back
+// (sum c_k = kExactGroupSteps), member tokens in multiples of 1 / kExactMemberSteps of their
+// group's (largest remainder where S does not divide). Exhaustive, pruned only by exact bounds
+// (symmetry between ranks of one node, per-rank compute and memory lower bounds); the optimum is
+// then refined outside the grid by 1-token descent (never worse). kNotSupported for larger
 // clusters.
 inline constexpr int kExactMaxRanks = 3;
+inline constexpr int kExactGroupSteps = 16;
+inline constexpr int kExactMemberSteps = 12;
 Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions& options = {});
 
 // For a workload that does not fit: which rank cannot fit, what it needs and what it has, and the

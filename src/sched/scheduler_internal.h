@@ -50,13 +50,8 @@ struct SearchOutcome {
 // ExplainInfeasible's re-plans).
 SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& options, bool quick);
 
-// ---- The exact search's domain (exact_search.cc states it in full).
-// The sequence in 2 x kExactGroupSteps chunks: active group k takes c_k >= 1 chunks from the front
-// and c_k from the back (sum c_k = kExactGroupSteps); member tokens are multiples of
-// 1 / kExactMemberSteps of the group's tokens; heads are whole, in consecutive blocks.
-inline constexpr int kExactGroupSteps = 16;
-inline constexpr int kExactMemberSteps = 12;
-
+// ---- The exact search's domain (exact_search.cc states it in full; the steps are in
+// scheduler.h).
 // Every structure of the domain (set partition, optional idle block, order of the active groups,
 // member order in each group), one per class of structures equal up to swapping ranks of a node.
 std::vector<Structure> ExactStructures(const Cluster& cluster);
@@ -73,6 +68,9 @@ struct ExactDomainResult {
   bool complete = false;  // false when the time limit cut the enumeration
   PlanCost cost;          // the optimum: feasible first, then iteration time
   Layout layout;
+  // The best points of other structures within a few % of the optimum, best first (refinement
+  // starts: outside the grid another structure may win).
+  std::vector<Layout> runners_up;
   int64_t structures = 0;  // distinct structures enumerated
   int64_t evaluated = 0;   // domain points scored in full (the rest were pruned by the bound)
 };

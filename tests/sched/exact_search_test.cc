@@ -16,8 +16,6 @@ namespace {
 
 using sched_internal::BuildPlan;
 using sched_internal::ExactDomainOptimum;
-using sched_internal::kExactGroupSteps;
-using sched_internal::kExactMemberSteps;
 using sched_internal::Layout;
 using sched_internal::LayoutFromPlan;
 using sched_internal::SnapToExactDomain;

@@ -1,7 +1,8 @@
 // The exact search (strategy "exact"): the optimum of the cost model over a stated domain, found
 // by exhaustive enumeration with sound pruning, then refined outside the domain by the descent.
 //
-// The domain (kExactMaxRanks, kExactGroupSteps, kExactMemberSteps in scheduler_internal.h):
+// The domain (kExactMaxRanks, kExactGroupSteps, kExactMemberSteps in scheduler.h; tests may pass a
+// coarser ExactGrid):
 //  - every set partition of the ranks into groups, optionally with one block idle (last);
 //  - every order of the active groups (the order is both the ring order and the zigzag placement,
 //    so neither rotations nor reflections are symmetries of the cost and all orders are tried);
@@ -170,7 +171,7 @@ Layout ExactLayout(const Structure& structure, const std::vector<int>& group_ste
   return layout;
 }
 
-Layout SnapToExactDomain(const Layout& layout, int64_t seq_len) {
+Layout SnapToExactDomain(const Layout& layout, int64_t seq_len, const ExactGrid& grid) {
   Structure structure;
   std::vector<double> totals;
   std::vector<std::vector<int>> member_steps, heads;
@@ -182,12 +183,12 @@ Layout SnapToExactDomain(const Layout& layout, int64_t seq_len) {
     structure.groups.push_back(g.ranks);
     totals.push_back(static_cast<double>(g.total()));
     const std::vector<int64_t> steps =
-        LargestRemainder(kExactMemberSteps, std::vector<double>(g.tokens.begin(), g.tokens.end()));
+        LargestRemainder(grid.member_steps, std::vector<double>(g.tokens.begin(), g.tokens.end()));
     member_steps.emplace_back(steps.begin(), steps.end());
     heads.push_back(g.heads);
   }
   std::sort(structure.idle.begin(), structure.idle.end());
-  const std::vector<int64_t> rounded = LargestRemainder(kExactGroupSteps, totals);
+  const std::vector<int64_t> rounded = LargestRemainder(grid.group_steps, totals);
   std::vector<int> group_steps(rounded.begin(), rounded.end());
   for (int& steps : group_steps) {  // every active group keeps a step, taken from the largest
     if (steps > 0) continue;
@@ -233,9 +234,13 @@ struct Incumbent {
 // incumbent.
 class GridSearch {
  public:
-  GridSearch(const CostModel& model, const Structure& structure, std::vector<int> group_steps,
-             Incumbent& best)
-      : model_(model), structure_(structure), group_steps_(std::move(group_steps)), best_(best) {}
+  GridSearch(const CostModel& model, const ExactGrid& grid, const Structure& structure,
+             std::vector<int> group_steps, Incumbent& best)
+      : model_(model),
+        member_steps_total_(grid.member_steps),
+        structure_(structure),
+        group_steps_(std::move(group_steps)),
+        best_(best) {}
 
   void Run(const Clock& clock) {
     const int heads = model_.model().heads;
@@ -244,7 +249,7 @@ class GridSearch {
     head_lists_.resize(k);
     for (size_t g = 0; g < k; ++g) {
       const int m = static_cast<int>(structure_.groups[g].size());
-      token_lists_[g] = Compositions(kExactMemberSteps, m, 0);
+      token_lists_[g] = Compositions(member_steps_total_, m, 0);
       head_lists_[g] = Compositions(heads, m, 0);
     }
     ProbeCompute();
@@ -263,7 +268,7 @@ class GridSearch {
     std::vector<std::vector<int>> steps(k), heads(k);
     for (size_t g = 0; g < k; ++g) {
       const int m = static_cast<int>(structure_.groups[g].size());
-      steps[g] = ProbeSplit(kExactMemberSteps, m);
+      steps[g] = ProbeSplit(member_steps_total_, m);
       heads[g] = ProbeSplit(model_.model().heads, m);
     }
     Layout layout = ExactLayout(structure_, group_steps_, model_.workload().seq_len, steps, heads);
@@ -291,7 +296,7 @@ class GridSearch {
   // state + a token part + a head part, each non-decreasing, so these give a lower bound.
   void ProbeMemory() {
     const int num_ranks = model_.cluster().num_ranks(), heads = model_.model().heads;
-    token_memory_.assign(num_ranks, std::vector<double>(kExactMemberSteps + 1, 0));
+    token_memory_.assign(num_ranks, std::vector<double>(member_steps_total_ + 1, 0));
     head_memory_.assign(num_ranks, std::vector<double>(heads + 1, 0));
     capacity_.assign(num_ranks, 0);
     Plan plan = ProbePlan();
@@ -300,7 +305,7 @@ class GridSearch {
       for (PlanGroup& group : plan.groups) {
         const int64_t group_tokens = TotalTokens(group.tokens);
         for (PlanMember& member : group.members) {
-          const int64_t tokens = group_tokens * token_steps / kExactMemberSteps;
+          const int64_t tokens = group_tokens * token_steps / member_steps_total_;
           member.tokens = tokens > 0 ? Ranges{{0, tokens}} : Ranges{};
           member.heads.resize(group_tokens > 0 ? head_count : 0);
           std::iota(member.heads.begin(), member.heads.end(), 0);
@@ -312,7 +317,7 @@ class GridSearch {
         capacity_[rc.rank] = rc.memory_capacity_bytes;
       }
     };
-    for (int j = 0; j <= kExactMemberSteps; ++j) probe(j, 0, token_memory_, j);
+    for (int j = 0; j <= member_steps_total_; ++j) probe(j, 0, token_memory_, j);
     for (int h = 0; h <= heads; ++h) probe(0, h, head_memory_, h);
   }
 
@@ -389,6 +394,7 @@ class GridSearch {
   }
 
   const CostModel& model_;
+  const int member_steps_total_;  // member tokens in multiples of 1 / this of the group's
   const Structure& structure_;
   const std::vector<int> group_steps_;
   Incumbent& best_;
@@ -405,7 +411,8 @@ class GridSearch {
 
 namespace sched_internal {
 
-ExactDomainResult ExactDomainOptimum(const CostModel& model, const ScheduleOptions& options) {
+ExactDomainResult ExactDomainOptimum(const CostModel& model, const ScheduleOptions& options,
+                                     const ExactGrid& grid) {
   Clock clock(options.time_limit_seconds);
   const std::vector<Structure> structures = ExactStructures(model.cluster());
   Incumbent best;
@@ -417,9 +424,9 @@ ExactDomainResult ExactDomainOptimum(const CostModel& model, const ScheduleOptio
     if (options.progress) options.progress(0.9 * index / structures.size());
     const Structure& structure = structures[index];
     const int k = static_cast<int>(structure.groups.size());
-    for (const std::vector<int>& steps : Compositions(kExactGroupSteps, k, 1)) {
+    for (const std::vector<int>& steps : Compositions(grid.group_steps, k, 1)) {
       if (clock.Expired()) break;
-      GridSearch(model, structure, steps, best).Run(clock);
+      GridSearch(model, grid, structure, steps, best).Run(clock);
     }
   }
   result.complete = !clock.Expired();

@@ -61,8 +61,8 @@ Result<StrategyResult> Schedule(const CostModel& model, const ScheduleOptions& o
 // then refined outside the grid by 1-token descent (never worse). kNotSupported for larger
 // clusters.
 inline constexpr int kExactMaxRanks = 3;
-inline constexpr int kExactGroupSteps = 16;
-inline constexpr int kExactMemberSteps = 12;
+inline constexpr int kExactGroupSteps = 32;
+inline constexpr int kExactMemberSteps = 24;
 Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions& options = {});
 
 // For a workload that does not fit: which rank cannot fit, what it needs and what it has, and the

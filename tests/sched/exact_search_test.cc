@@ -74,70 +74,80 @@ struct BruteForce {
   int64_t points = 0, infeasible = 0;
 };
 
+// One point of the brute force: groups in order (the last one idle when `idle_last`), group k
+// with steps[k] chunks of S / (2 x group steps) at the front and as many at the back, members
+// with member_steps[k][i] / member steps of the group's tokens and member_heads[k][i] heads.
+Plan BruteForcePlan(const CostModel& model, const ExactGrid& grid,
+                    const std::vector<std::vector<int>>& groups, bool idle_last,
+                    const std::vector<int>& steps,
+                    const std::vector<std::vector<int>>& member_steps,
+                    const std::vector<std::vector<int>>& member_heads) {
+  const int64_t seq = model.workload().seq_len;
+  const int64_t chunk = seq / (2 * grid.group_steps);
+  Plan plan = EmptyPlan(model, "brute");
+  int64_t front = 0, back = seq;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const int64_t size = steps[k] * chunk;
+    const Ranges tokens = Normalize({{front, front + size}, {back - size, back}});
+    front += size;
+    back -= size;
+    std::vector<Ranges> member_tokens;
+    std::vector<std::vector<int>> head_sets;
+    int64_t offset = 0;
+    int head = 0;
+    for (size_t i = 0; i < groups[k].size(); ++i) {
+      const int64_t count = 2 * size * member_steps[k][i] / grid.member_steps;
+      member_tokens.push_back(Slice(tokens, offset, count));
+      offset += count;
+      std::vector<int> set(member_heads[k][i]);
+      std::iota(set.begin(), set.end(), head);
+      head += member_heads[k][i];
+      head_sets.push_back(set);
+    }
+    AddGroup(plan, model.cluster(), groups[k], tokens, member_tokens, head_sets);
+  }
+  if (idle_last) AddIdleGroup(plan, model.cluster(), groups.back());
+  return plan;
+}
+
 // The domain, enumerated without symmetry or bounds: every permutation of the ranks cut into
 // consecutive groups (members in permutation order), optionally the last group idle; group
 // steps, member steps and heads as stated. REQUIRES: S a multiple of group steps x member steps
 // (no rounding).
 BruteForce BruteForceDomain(const CostModel& model, const ExactGrid& grid) {
-  const Cluster& cluster = model.cluster();
-  const int n = cluster.num_ranks(), heads = model.model().heads;
-  const int64_t seq = model.workload().seq_len;
-  const int64_t chunk = seq / (2 * grid.group_steps);
-  EXPECT_EQ(seq % (grid.group_steps * grid.member_steps), 0) << "seq " << seq;
+  const int n = model.cluster().num_ranks(), heads = model.model().heads;
+  EXPECT_EQ(model.workload().seq_len % (grid.group_steps * grid.member_steps), 0);
   BruteForce out;
+  auto score = [&](const Plan& plan) {
+    auto valid = Validate(plan, model.cluster(), model.model());
+    EXPECT_TRUE(valid) << (valid ? "" : valid.error().message);
+    const PlanCost cost = model.Evaluate(plan);
+    ++out.points;
+    out.infeasible += !cost.feasible;
+    if (cost.feasible && (!out.have || cost.iteration_seconds < out.best.iteration_seconds)) {
+      out.best = cost;
+      out.have = true;
+    }
+  };
   std::vector<int> perm(n);
   std::iota(perm.begin(), perm.end(), 0);
   do {
     for (int cuts = 1; cuts <= n; ++cuts)
       ForEachComposition(n, cuts, 1, [&](const std::vector<int>& sizes) {
+        std::vector<std::vector<int>> groups;
+        int at = 0;
+        for (int size : sizes) {
+          groups.emplace_back(perm.begin() + at, perm.begin() + at + size);
+          at += size;
+        }
         for (int idle_last = 0; idle_last <= (cuts > 1 ? 1 : 0); ++idle_last) {
           const int active = cuts - idle_last;
-          std::vector<std::vector<int>> groups;
-          int at = 0;
-          for (int size : sizes) {
-            groups.emplace_back(perm.begin() + at, perm.begin() + at + size);
-            at += size;
-          }
           ForEachComposition(grid.group_steps, active, 1, [&](const std::vector<int>& steps) {
-            // Recursively choose member steps and heads per active group.
             std::vector<std::vector<int>> member_steps(active), member_heads(active);
-            std::function<void(int)> choose = [&](int g) {
-              if (g == active) {
-                Plan plan = EmptyPlan(model, "brute");
-                int64_t front = 0, back = seq;
-                for (int k = 0; k < active; ++k) {
-                  const int64_t size = steps[k] * chunk;
-                  const Ranges tokens = Normalize({{front, front + size}, {back - size, back}});
-                  front += size;
-                  back -= size;
-                  std::vector<Ranges> member_tokens;
-                  std::vector<std::vector<int>> head_sets;
-                  int64_t offset = 0;
-                  int head = 0;
-                  for (size_t i = 0; i < groups[k].size(); ++i) {
-                    const int64_t count = 2 * size * member_steps[k][i] / grid.member_steps;
-                    member_tokens.push_back(Slice(tokens, offset, count));
-                    offset += count;
-                    std::vector<int> set(member_heads[k][i]);
-                    std::iota(set.begin(), set.end(), head);
-                    head += member_heads[k][i];
-                    head_sets.push_back(set);
-                  }
-                  AddGroup(plan, cluster, groups[k], tokens, member_tokens, head_sets);
-                }
-                if (idle_last) AddIdleGroup(plan, cluster, groups.back());
-                auto valid = Validate(plan, cluster, model.model());
-                EXPECT_TRUE(valid) << (valid ? "" : valid.error().message);
-                const PlanCost cost = model.Evaluate(plan);
-                ++out.points;
-                out.infeasible += !cost.feasible;
-                if (cost.feasible &&
-                    (!out.have || cost.iteration_seconds < out.best.iteration_seconds)) {
-                  out.best = cost;
-                  out.have = true;
-                }
-                return;
-              }
+            std::function<void(int)> choose = [&](int g) {  // member steps and heads per group
+              if (g == active)
+                return score(BruteForcePlan(model, grid, groups, idle_last, steps, member_steps,
+                                            member_heads));
               const int m = static_cast<int>(groups[g].size());
               ForEachComposition(grid.member_steps, m, 0, [&](const std::vector<int>& ms) {
                 ForEachComposition(heads, m, 0, [&](const std::vector<int>& hs) {

@@ -27,6 +27,19 @@
 using namespace hexiseq;
 using namespace hexiseq::sched_internal;
 
+// "[rank:heads/tokens ...] ..." for each group of a plan, in ring order ("idle" for idle groups).
+std::string Describe(const Plan& plan) {
+  std::string out;
+  for (const PlanGroup& group : plan.groups) {
+    out += "[";
+    for (const PlanMember& m : group.members)
+      out += std::to_string(m.rank) + ":" + std::to_string(m.heads.size()) + "/" +
+             std::to_string(TotalTokens(m.tokens)) + " ";
+    out += TotalTokens(group.tokens) == 0 ? "idle]" : "]";
+  }
+  return out;
+}
+
 int main(int argc, char** argv) {
   const int cases = argc > 1 ? std::atoi(argv[1]) : 200;
   const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1;
@@ -120,6 +133,9 @@ int main(int argc, char** argv) {
         s->cost.iteration_seconds, e->cost.iteration_seconds, domain.cost.iteration_seconds,
         100 * gap, 100 * domain_gap, 100 * snapped, static_cast<long long>(domain.evaluated),
         std::chrono::duration<double>(t2 - t1).count(), desc.c_str(), s->config.c_str());
+    if (!only.empty())  // the plans of the listed cases, member by member
+      std::printf("      scheduler %s\n      exact     %s\n", Describe(s->plan).c_str(),
+                  Describe(e->plan).c_str());
     std::fflush(stdout);
   }
   auto summary = [&](const char* label, std::vector<double> values) {

@@ -26,11 +26,14 @@
 //  - a memory bound: a rank's memory is model state + a part growing with its tokens + a part
 //    growing with its heads and KV heads, probed the same way; a choice that cannot fit is
 //    skipped.
-// The domain optimum is then refined outside the grid: 1-token descent from it, from the best
-// point of up to kRunnerUps other structures within kRunnerUpMargin of it, and from each baseline.
+// The domain optimum is then refined outside the grid (the class-level sequence search, which
+// also moves front and back chunks apart, then the 1-token descent) from it, from the best
+// point of up to kRunnerUps other (structure, head split) pairs within kRunnerUpMargin of it, and
+// from each baseline.
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <set>
 
@@ -46,10 +49,11 @@ using namespace sched_internal;
 // the proportional coefficients; far below any difference the benches report).
 constexpr double kBoundSlack = 1e-9;
 constexpr int64_t kExactDescentTrials = 20000;  // refinement outside the domain
-// Runners-up: the best point of each other structure within this fraction of the optimum is kept
-// (the bounds prune only above it), and the best kRunnerUps of them are refined too.
+constexpr int kExactClassEvaluations = 200;     // class-level sequence search before each descent
+// Runners-up: the best point of each other (structure, head split) within this fraction of the
+// optimum is kept (the bounds prune only above it), and the best kRunnerUps of them are refined.
 constexpr double kRunnerUpMargin = 0.03;
-constexpr int kRunnerUps = 6;
+constexpr int kRunnerUps = 8;
 
 // Set partitions by restricted growth strings.
 void Partitions(int n, std::vector<int>& label, int index, int blocks,
@@ -222,7 +226,9 @@ struct Incumbent {
   int64_t evaluated = 0;
   // The best feasible point of each structure (by index) seen so far: runners-up for refinement.
   size_t structure = 0;
-  std::vector<std::pair<double, Layout>> per_structure;
+  // Keyed by (structure index, heads of every group): the best point of each head split within
+  // kRunnerUpMargin of the best at the time it was found.
+  std::map<std::pair<size_t, std::vector<std::vector<int>>>, std::pair<double, Layout>> runners;
   double Limit() const {  // bounds at or above this cannot improve nor be a runner-up
     return have && cost.feasible ? cost.iteration_seconds * (1 + kRunnerUpMargin)
                                  : std::numeric_limits<double>::infinity();
@@ -383,9 +389,12 @@ class GridSearch {
                                 member_heads_);
     const PlanCost cost = model_.Evaluate(BuildPlan(model_, layout, "exact", ""));
     ++best_.evaluated;
-    auto& mine = best_.per_structure[best_.structure];
-    if (cost.feasible && cost.iteration_seconds < mine.first)
-      mine = {cost.iteration_seconds, layout};
+    if (cost.feasible && cost.iteration_seconds <= best_.Limit()) {
+      auto [it, added] = best_.runners.try_emplace({best_.structure, member_heads_},
+                                                   cost.iteration_seconds, layout);
+      if (!added && cost.iteration_seconds < it->second.first)
+        it->second = {cost.iteration_seconds, layout};
+    }
     if (!best_.have || Better(cost, best_.cost)) {
       best_.have = true;
       best_.cost = cost;
@@ -416,7 +425,6 @@ ExactDomainResult ExactDomainOptimum(const CostModel& model, const ScheduleOptio
   Clock clock(options.time_limit_seconds);
   const std::vector<Structure> structures = ExactStructures(model.cluster());
   Incumbent best;
-  best.per_structure.assign(structures.size(), {std::numeric_limits<double>::infinity(), {}});
   ExactDomainResult result;
   result.structures = static_cast<int64_t>(structures.size());
   for (size_t index = 0; index < structures.size(); ++index) {
@@ -434,10 +442,12 @@ ExactDomainResult ExactDomainOptimum(const CostModel& model, const ScheduleOptio
   result.cost = best.cost;
   result.layout = best.layout;
   result.evaluated = best.evaluated;
-  std::stable_sort(best.per_structure.begin(), best.per_structure.end(),
+  std::vector<std::pair<double, Layout>> runners;
+  for (auto& [key, point] : best.runners) runners.push_back(std::move(point));
+  std::stable_sort(runners.begin(), runners.end(),
                    [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (auto& [seconds, layout] : best.per_structure) {
-    if (static_cast<int>(result.runners_up.size()) >= kRunnerUps || !std::isfinite(seconds)) break;
+  for (auto& [seconds, layout] : runners) {
+    if (static_cast<int>(result.runners_up.size()) >= kRunnerUps) break;
     if (seconds <= best.cost.iteration_seconds * (1 + kRunnerUpMargin) &&
         !(layout == result.layout))
       result.runners_up.push_back(std::move(layout));
@@ -453,7 +463,7 @@ namespace {
 // better (the descent's incremental score may differ from the full one in the last digits).
 void RefineInto(const CostModel& model, Layout start, const Clock& clock, Layout& best,
                 PlanCost& best_cost) {
-  PlanState state(model, std::move(start));
+  PlanState state(model, ClassSearch(model, std::move(start), kExactClassEvaluations, clock));
   Descend(state, kExactDescentTrials, [&] { return clock.Expired(); });
   const PlanCost cost = model.Evaluate(BuildPlan(model, state.layout(), "exact", ""));
   if (Better(cost, best_cost)) {

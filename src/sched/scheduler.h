@@ -58,8 +58,8 @@ Result<StrategyResult> Schedule(const CostModel& model, const ScheduleOptions& o
 // (sum c_k = kExactGroupSteps), member tokens in multiples of 1 / kExactMemberSteps of their
 // group's (largest remainder where S does not divide). Exhaustive, pruned only by exact bounds
 // (symmetry between ranks of one node, per-rank compute and memory lower bounds); the optimum is
-// then refined outside the grid by 1-token descent (never worse). kNotSupported for larger
-// clusters.
+// then refined outside the grid (class-level sequence search and 1-token descent, also from
+// runners-up and the baselines; never worse). kNotSupported for larger clusters.
 inline constexpr int kExactMaxRanks = 3;
 inline constexpr int kExactGroupSteps = 32;
 inline constexpr int kExactMemberSteps = 24;

@@ -246,8 +246,17 @@ void AddPlanningCommands(CLI::App& app, Actions& actions) {
 
   CLI::App* plan = app.add_subcommand("plan", "Plan a cluster + model + sequence");
   AddInputFlags(plan, plan_flags.in, true);
-  plan->add_option("--strategy", plan_flags.strategy,
-                   "hexiseq|exact|ring|ulysses|usp|hetero-ring|subset")
+  static const std::string strategy_help =
+      "hexiseq|exact|ring|ulysses|usp|hetero-ring|subset. exact: the cost model's optimum, on "
+      "clusters of at most " +
+      std::to_string(kExactMaxRanks) +
+      " GPUs, over every grouping (one group may idle), group order, member order and "
+      "whole-head split; group tokens in multiples of S/" +
+      std::to_string(kExactGroupSteps) +
+      " (mirrored front and back chunks), member tokens in multiples of 1/" +
+      std::to_string(kExactMemberSteps) +
+      " of the group's; then refined by 1-token descent (docs/performance.md, Scheduler)";
+  plan->add_option("--strategy", plan_flags.strategy, strategy_help)
       ->check(CLI::IsMember(
           {"hexiseq", "exact", "ring", "ulysses", "usp", "hetero-ring", "subset"}));
   plan->add_option("--format", plan_flags.format, "table|json")

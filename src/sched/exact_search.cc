@@ -1,13 +1,38 @@
-// The exact search (strategy "exact") for clusters of at most kExactMaxRanks ranks: every
-// grouping (set partition, optionally one group idle), ring orders, head splits and sequence
-// splits, scored with the same cost model. Two stages: every discrete choice is scored with a
-// compute-proportional sequence split; the best kExactRefine are then searched on a sequence grid
-// and from balanced, compute- and sqrt-proportional starts, each refined by the class-level
-// sequence search and a coordinate descent down to 1-token steps; the baseline plans are refined
-// the same way as further starts. Identical ranks (same device, same node) are
-// interchangeable, so structures equal up to swapping them are scored once.
+// The exact search (strategy "exact"): the optimum of the cost model over a stated domain, found
+// by exhaustive enumeration with sound pruning, then refined outside the domain by the descent.
+//
+// The domain (kExactMaxRanks, kExactGroupSteps, kExactMemberSteps in scheduler.h; tests may pass a
+// coarser ExactGrid):
+//  - every set partition of the ranks into groups, optionally with one block idle (last);
+//  - every order of the active groups (the order is both the ring order and the zigzag placement,
+//    so neither rotations nor reflections are symmetries of the cost and all orders are tried);
+//  - every member order inside each group (it decides the KV-head primaries and the dK/dV peer);
+//  - every head split at whole-head granularity: member i holds a consecutive block of h_i >= 0
+//    query heads in member order (with every member order, every contiguous assignment);
+//  - sequence: S in 2 x kExactGroupSteps chunks; active group k takes c_k >= 1 chunks from the
+//    front and c_k from the back (the mirrored zigzag of the scheduler), sum c_k = steps;
+//  - member tokens: multiples of 1/kExactMemberSteps of the group's tokens (>= 0).
+// Largest-remainder rounding where S is not a multiple of the steps.
+//
+// Pruning, all exact (tests/sched/exact_search_test.cc checks the result against a brute force
+// and the cost-model properties the bounds rest on):
+//  - symmetry: ranks on the same node are identical (same device, same links), so structures that
+//    map onto the same sequence of node ids are scored once;
+//  - a compute bound: no plan is faster than its busiest rank's compute (iteration >= linear +
+//    attention seconds of every rank); for fixed group ranges a rank's linear seconds are
+//    proportional to its tokens and its attention seconds to its heads, with coefficients taken
+//    from the cost model on a probe plan. Choices whose bound is not below the best plan found so
+//    far (plus kRunnerUpMargin, to keep runners-up) are skipped, once a feasible plan is known;
+//  - a memory bound: a rank's memory is model state + a part growing with its tokens + a part
+//    growing with its heads and KV heads, probed the same way; a choice that cannot fit is
+//    skipped.
+// The domain optimum is then refined outside the grid (the class-level sequence search, which
+// also moves front and back chunks apart, then the 1-token descent) from it, from the best
+// point of up to kRunnerUps other (structure, head split) pairs within kRunnerUpMargin of it, and
+// from each baseline.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <set>
@@ -20,15 +45,15 @@ namespace {
 
 using namespace sched_internal;
 
-constexpr int kExactRefine = 16;         // discrete candidates refined in stage 2
-constexpr int kExactRefineInfeasible = 64;  // ... distinct groupings when none fits before it
-constexpr int kHeadSplitsPerGroup = 4;    // best head splits (by attention balance) per group
-constexpr int kHeadSlack = 2;             // head counts within this of the proportional share
-constexpr int kHeadCombosPerGrouping = 16;
-constexpr int kFullRingOrdersUpTo = 4;    // all cyclic orders for up to this many groups
-constexpr int kGridSteps = 16;            // sequence grid: 1/16 of S, for up to 3 groups
-constexpr int64_t kExactDescentTrials = 20000;
-constexpr int kExactClassEvaluations = 200;  // class-level sequence search before each descent
+// A bound within this relative margin of the incumbent still prunes (floating-point slack of
+// the proportional coefficients; far below any difference the benches report).
+constexpr double kBoundSlack = 1e-9;
+constexpr int64_t kExactDescentTrials = 20000;  // refinement outside the domain
+constexpr int kExactClassEvaluations = 200;     // class-level sequence search before each descent
+// Runners-up: the best point of each other (structure, head split) within this fraction of the
+// optimum is kept (the bounds prune only above it), and the best kRunnerUps of them are refined.
+constexpr double kRunnerUpMargin = 0.03;
+constexpr int kRunnerUps = 8;
 
 // Set partitions by restricted growth strings.
 void Partitions(int n, std::vector<int>& label, int index, int blocks,
@@ -45,254 +70,449 @@ void Partitions(int n, std::vector<int>& label, int index, int blocks,
   }
 }
 
-// Head splits of a group: every composition of H whose counts lie within kHeadSlack heads of the
-// attention-proportional share (identical members non-increasing), ranked by the slowest
-// member's attention time; the best `keep`.
-std::vector<std::vector<int>> HeadSplits(const CostModel& model, const std::vector<int>& ranks,
-                                         int keep) {
-  const int heads = model.model().heads;
-  const int m = static_cast<int>(ranks.size());
-  const Cluster& cluster = model.cluster();
-  double total_rate = 0;
-  for (int rank : ranks) total_rate += cluster.device(rank).AttentionFlops();
-  std::vector<int> lo(m), hi(m);
-  const int slack = std::max(kHeadSlack, model.model().heads_per_kv());
-  for (int i = 0; i < m; ++i) {
-    const double share = heads * cluster.device(ranks[i]).AttentionFlops() / total_rate;
-    lo[i] = std::max(0, static_cast<int>(std::floor(share)) - slack);
-    hi[i] = std::min(heads, static_cast<int>(std::ceil(share)) + slack);
-  }
-  std::vector<std::pair<double, std::vector<int>>> all;
-  std::vector<int> h(m, 0);
-  auto same = [&](int a, int b) {
-    return cluster.ranks[ranks[a]].kind == cluster.ranks[ranks[b]].kind &&
-           cluster.ranks[ranks[a]].node == cluster.ranks[ranks[b]].node;
-  };
-  auto rec = [&](auto&& self, int i, int left) -> void {
-    if (i == m - 1) {
-      if (left < lo[i] || left > hi[i]) return;
-      if (i > 0 && same(i, i - 1) && left > h[i - 1]) return;
-      h[i] = left;
-      double worst = 0;
-      for (int j = 0; j < m; ++j)
-        worst = std::max(worst, h[j] / cluster.device(ranks[j]).AttentionFlops());
-      all.push_back({worst, h});
+// Every composition of `total` into `parts` non-negative (or, with `min_part` 1, positive) parts.
+std::vector<std::vector<int>> Compositions(int total, int parts, int min_part) {
+  std::vector<std::vector<int>> out;
+  std::vector<int> current(parts, 0);
+  auto recurse = [&](auto&& self, int index, int left) -> void {
+    if (index == parts - 1) {
+      if (left < min_part) return;
+      current[index] = left;
+      out.push_back(current);
       return;
     }
-    int top = std::min(left, hi[i]);
-    if (i > 0 && same(i, i - 1)) top = std::min(top, h[i - 1]);
-    for (int v = top; v >= lo[i]; --v) {
-      h[i] = v;
-      self(self, i + 1, left - v);
+    for (int v = min_part; v <= left - min_part * (parts - 1 - index); ++v) {
+      current[index] = v;
+      self(self, index + 1, left - v);
     }
   };
-  rec(rec, 0, heads);
-  std::stable_sort(all.begin(), all.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<std::vector<int>> out;
-  for (size_t i = 0; i < all.size() && static_cast<int>(i) < keep; ++i) out.push_back(all[i].second);
-  if (out.empty()) out.push_back(HeadsByAttention(model, ranks));
+  if (parts > 0) recurse(recurse, 0, total);
   return out;
 }
 
-// A signature of a structure up to swapping identical ranks.
-std::string Signature(const Cluster& cluster, const Structure& s,
-                      const std::vector<std::vector<int>>& heads) {
-  std::string sig;
-  for (size_t g = 0; g < s.groups.size(); ++g) {
-    sig += "[";
-    for (size_t i = 0; i < s.groups[g].size(); ++i) {
-      const RankInfo& r = cluster.ranks[s.groups[g][i]];
-      sig += std::to_string(r.kind) + "." + std::to_string(r.node) + ":" +
-             std::to_string(heads[g][i]) + ",";
-    }
-    sig += "]";
+// The orbit key of a structure under swapping ranks of the same node: node ids in order.
+std::vector<int> NodeSignature(const Cluster& cluster, const Structure& structure) {
+  std::vector<int> key;
+  for (const auto& group : structure.groups) {
+    for (int rank : group) key.push_back(cluster.ranks[rank].node);
+    key.push_back(-1);
   }
-  sig += "idle";
-  for (int rank : s.idle) sig += std::to_string(cluster.ranks[rank].kind) + "." +
-                                 std::to_string(cluster.ranks[rank].node) + ",";
-  return sig;
+  std::vector<int> idle;
+  for (int rank : structure.idle) idle.push_back(cluster.ranks[rank].node);
+  std::sort(idle.begin(), idle.end());
+  key.insert(key.end(), idle.begin(), idle.end());
+  return key;
 }
 
-struct Discrete {
-  Structure structure;
-  std::vector<std::vector<int>> heads;
-  Objective score;
-  std::string name;
-};
-
-Layout WithHeads(Layout layout, const std::vector<std::vector<int>>& heads) {
-  for (size_t g = 0; g < heads.size(); ++g)
-    if (layout[g].total() > 0) layout[g].heads = heads[g];
-  return layout;
+// Every member order of every group of `groups` (product), appended to `out` when new.
+void AddMemberOrders(const Cluster& cluster, std::vector<std::vector<int>> groups,
+                     const std::vector<int>& idle, std::set<std::vector<int>>& seen,
+                     std::vector<Structure>& out) {
+  for (auto& group : groups) std::sort(group.begin(), group.end());
+  while (true) {
+    Structure s{groups, idle};
+    if (seen.insert(NodeSignature(cluster, s)).second) out.push_back(s);
+    size_t g = 0;
+    while (g < groups.size() && !std::next_permutation(groups[g].begin(), groups[g].end())) ++g;
+    if (g == groups.size()) return;
+  }
 }
 
 }  // namespace
 
-Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions& options) {
-  const Cluster& cluster = model.cluster();
-  const int n = cluster.num_ranks();
-  if (n > kExactMaxRanks)
-    return NotSupported("--strategy exact: the cluster has " + std::to_string(n) +
-                        " ranks; the exhaustive search supports at most " +
-                        std::to_string(kExactMaxRanks) + " (hint: use --strategy hexiseq)");
-  Clock clock(options.time_limit_seconds);
-  const int heads = model.model().heads;
-  const int64_t seq = model.workload().seq_len;
+namespace sched_internal {
 
+std::vector<Structure> ExactStructures(const Cluster& cluster) {
+  const int n = cluster.num_ranks();
   std::vector<std::vector<std::vector<int>>> partitions;
   std::vector<int> label(n, 0);
   Partitions(n, label, 0, 0, partitions);
-
-  std::set<std::string> seen;
-  std::map<std::vector<int>, std::vector<std::vector<int>>> split_cache;
-  std::vector<Discrete> pool;
-  size_t done = 0;
+  std::set<std::vector<int>> seen;
+  std::vector<Structure> out;
   for (const auto& partition : partitions) {
-    if (options.progress) options.progress(0.6 * done++ / partitions.size());
-    if (clock.Expired()) break;
-    bool fits = true;
-    for (const auto& block : partition) fits = fits && static_cast<int>(block.size()) <= heads;
-    if (!fits) continue;
     const int k = static_cast<int>(partition.size());
     for (int idle = -1; idle < (k > 1 ? k : 0); ++idle) {
       std::vector<int> active;
       for (int b = 0; b < k; ++b)
         if (b != idle) active.push_back(b);
-      // Ring orders: the first group fixed (rotations are the same ring).
-      std::vector<std::vector<int>> orders;
-      if (static_cast<int>(active.size()) <= kFullRingOrdersUpTo) {
-        std::vector<int> rest(active.begin() + 1, active.end());
-        do {
-          std::vector<int> o = {active[0]};
-          o.insert(o.end(), rest.begin(), rest.end());
-          orders.push_back(o);
-        } while (std::next_permutation(rest.begin(), rest.end()));
-      } else {
-        orders.push_back(active);
-        orders.emplace_back(active.rbegin(), active.rend());
-      }
-      // Head splits per block (independent of the order).
-      std::vector<std::vector<std::vector<int>>> splits(k);
-      for (int b : active) {
-        auto it = split_cache.find(partition[b]);
-        if (it == split_cache.end())
-          it = split_cache.emplace(partition[b], HeadSplits(model, partition[b], kHeadSplitsPerGroup))
-                   .first;
-        splits[b] = it->second;
-      }
-      for (const std::vector<int>& order : orders) {
-        Structure s;
-        for (int b : order) s.groups.push_back(partition[b]);
-        if (idle >= 0) s.idle = partition[idle];
-        // Head combinations, in mixed-radix order, capped.
-        std::vector<size_t> digit(order.size(), 0);
-        for (int combo = 0; combo < kHeadCombosPerGrouping; ++combo) {
-          std::vector<std::vector<int>> h;
-          for (size_t g = 0; g < order.size(); ++g) h.push_back(splits[order[g]][digit[g]]);
-          const std::string sig = Signature(cluster, s, h);
-          if (seen.insert(sig).second) {
-            const std::vector<int64_t> by_rate = LargestRemainder(seq, RateWeights(model, s));
-            PlanState st(model, WithHeads(MakeLayout(model, s, by_rate), h));
-            pool.push_back({s, h, st.score(), ""});
-          }
-          size_t pos = 0;
-          while (pos < digit.size() && ++digit[pos] == splits[order[pos]].size()) digit[pos++] = 0;
-          if (pos == digit.size()) break;
-        }
-      }
+      do {
+        std::vector<std::vector<int>> groups;
+        for (int b : active) groups.push_back(partition[b]);
+        AddMemberOrders(cluster, groups, idle >= 0 ? partition[idle] : std::vector<int>{}, seen,
+                        out);
+      } while (std::next_permutation(active.begin(), active.end()));
     }
   }
-  if (pool.empty()) return Internal("exact search: no grouping fits the head count");
-  std::vector<size_t> order(pool.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return Less(pool[a].score, pool[b].score); });
+  return out;
+}
 
-  Layout best_layout;
-  Objective best_score;
-  bool have = false;
-  // When nothing fits before refinement, the stage-1 memory figures rank structures poorly (the
-  // descent fits memory by uneven token and head splits): refine the best of every distinct
-  // grouping instead, up to kExactRefineInfeasible, from the balanced start only.
-  std::vector<size_t> chosen;
-  const bool memory_bound = !pool[order[0]].score.feasible;
-  if (!memory_bound) {
-    chosen.assign(order.begin(), order.begin() + std::min<size_t>(order.size(), kExactRefine));
-  } else {
-    std::set<std::vector<std::vector<int>>> groupings;
-    for (size_t index : order) {
-      if (chosen.size() >= static_cast<size_t>(kExactRefineInfeasible)) break;
-      std::vector<std::vector<int>> key = pool[index].structure.groups;
-      std::sort(key.begin(), key.end());
-      key.push_back(pool[index].structure.idle);
-      if (groupings.insert(key).second) chosen.push_back(index);
-    }
+std::vector<int64_t> GridSplit(int64_t total, const std::vector<int>& steps) {
+  return LargestRemainder(total, std::vector<double>(steps.begin(), steps.end()));
+}
+
+Layout ExactLayout(const Structure& structure, const std::vector<int>& group_steps, int64_t seq_len,
+                   const std::vector<std::vector<int>>& member_steps,
+                   const std::vector<std::vector<int>>& heads) {
+  const std::vector<int64_t> fronts = GridSplit(seq_len / 2, group_steps);
+  const std::vector<int64_t> backs = GridSplit(seq_len - seq_len / 2, group_steps);
+  Layout layout;
+  for (size_t k = 0; k < structure.groups.size(); ++k) {
+    GroupLayout g;
+    g.ranks = structure.groups[k];
+    g.front = fronts[k];
+    g.back = backs[k];
+    g.tokens = GridSplit(g.total(), member_steps[k]);
+    g.heads = heads[k];
+    layout.push_back(std::move(g));
   }
-  const size_t refine = chosen.size();
-  for (size_t rank = 0; rank < refine; ++rank) {
-    if (options.progress) options.progress(0.6 + 0.4 * rank / refine);
-    const Discrete& d = pool[chosen[rank]];
-    int k = static_cast<int>(d.structure.groups.size());
-    std::vector<std::vector<int64_t>> starts;
-    const std::vector<int64_t> by_rate = LargestRemainder(seq, RateWeights(model, d.structure));
-    starts.push_back(BalanceTokens(model, d.structure, by_rate, 3));
-    if (memory_bound) k = 0;  // the balanced start only
-    if (k > 0) starts.push_back(by_rate);
-    if (k > 0) {
-      std::vector<double> sqrt_rates;
-      for (double r : RateWeights(model, d.structure)) sqrt_rates.push_back(std::sqrt(r));
-      starts.push_back(LargestRemainder(seq, sqrt_rates));
+  if (!structure.idle.empty()) {
+    GroupLayout g;
+    g.ranks = structure.idle;
+    g.tokens.assign(g.ranks.size(), 0);
+    g.heads.assign(g.ranks.size(), 0);
+    layout.push_back(std::move(g));
+  }
+  return layout;
+}
+
+Layout SnapToExactDomain(const Layout& layout, int64_t seq_len, const ExactGrid& grid) {
+  Structure structure;
+  std::vector<double> totals;
+  std::vector<std::vector<int>> member_steps, heads;
+  for (const GroupLayout& g : layout) {
+    if (g.total() == 0) {
+      structure.idle.insert(structure.idle.end(), g.ranks.begin(), g.ranks.end());
+      continue;
     }
-    if (k >= 2 && k <= 3) {  // the sequence grid
-      std::vector<int64_t> grid_best;
-      Objective grid_score;
-      bool any = false;
-      for (int a = 0; a <= kGridSteps; ++a)
-        for (int b = 0; b <= (k == 3 ? kGridSteps - a : 0); ++b) {
-          std::vector<double> w = {double(a), k == 3 ? double(b) : double(kGridSteps - a)};
-          if (k == 3) w.push_back(kGridSteps - a - b);
-          if (std::accumulate(w.begin(), w.end(), 0.0) <= 0) continue;
-          const std::vector<int64_t> t = LargestRemainder(seq, w);
-          PlanState st(model, WithHeads(MakeLayout(model, d.structure, t), d.heads));
-          if (!any || Less(st.score(), grid_score)) {
-            grid_score = st.score();
-            grid_best = t;
-            any = true;
-          }
+    structure.groups.push_back(g.ranks);
+    totals.push_back(static_cast<double>(g.total()));
+    const std::vector<int64_t> steps =
+        LargestRemainder(grid.member_steps, std::vector<double>(g.tokens.begin(), g.tokens.end()));
+    member_steps.emplace_back(steps.begin(), steps.end());
+    heads.push_back(g.heads);
+  }
+  std::sort(structure.idle.begin(), structure.idle.end());
+  const std::vector<int64_t> rounded = LargestRemainder(grid.group_steps, totals);
+  std::vector<int> group_steps(rounded.begin(), rounded.end());
+  for (int& steps : group_steps) {  // every active group keeps a step, taken from the largest
+    if (steps > 0) continue;
+    *std::max_element(group_steps.begin(), group_steps.end()) -= 1;
+    steps = 1;
+  }
+  return ExactLayout(structure, group_steps, seq_len, member_steps, heads);
+}
+
+}  // namespace sched_internal
+
+namespace {
+
+// Feasible first, then iteration time; among infeasible plans the smaller memory overshoot.
+bool Better(const PlanCost& a, const PlanCost& b) {
+  if (a.feasible != b.feasible) return a.feasible;
+  if (a.feasible) return a.iteration_seconds < b.iteration_seconds;
+  return a.max_memory_fraction < b.max_memory_fraction;
+}
+
+// One group's choice of member token steps and heads, with its compute lower bound.
+struct MemberChoice {
+  double bound = 0;
+  int tokens = 0, heads = 0;  // indices into the group's composition lists
+};
+
+struct Incumbent {
+  bool have = false;
+  PlanCost cost;
+  Layout layout;
+  int64_t evaluated = 0;
+  // The best feasible point of each structure (by index) seen so far: runners-up for refinement.
+  size_t structure = 0;
+  // Keyed by (structure index, heads of every group): the best point of each head split within
+  // kRunnerUpMargin of the best at the time it was found.
+  std::map<std::pair<size_t, std::vector<std::vector<int>>>, std::pair<double, Layout>> runners;
+  double Limit() const {  // bounds at or above this cannot improve nor be a runner-up
+    return have && cost.feasible ? cost.iteration_seconds * (1 + kRunnerUpMargin)
+                                 : std::numeric_limits<double>::infinity();
+  }
+};
+
+// The search over one structure and one group-step vector: per group, every (member token
+// steps, heads) choice with its bound, sorted; then the product, cut where the bound reaches the
+// incumbent.
+class GridSearch {
+ public:
+  GridSearch(const CostModel& model, const ExactGrid& grid, const Structure& structure,
+             std::vector<int> group_steps, Incumbent& best)
+      : model_(model),
+        member_steps_total_(grid.member_steps),
+        structure_(structure),
+        group_steps_(std::move(group_steps)),
+        best_(best) {}
+
+  void Run(const Clock& clock) {
+    const int heads = model_.model().heads;
+    const size_t k = structure_.groups.size();
+    token_lists_.resize(k);
+    head_lists_.resize(k);
+    for (size_t g = 0; g < k; ++g) {
+      const int m = static_cast<int>(structure_.groups[g].size());
+      token_lists_[g] = Compositions(member_steps_total_, m, 0);
+      head_lists_[g] = Compositions(heads, m, 0);
+    }
+    ProbeCompute();
+    ProbeMemory();
+    choices_.assign(k, {});
+    for (size_t g = 0; g < k; ++g) ListChoices(g);
+    member_steps_.assign(k, {});
+    member_heads_.assign(k, {});
+    Product(0, 0.0, clock);
+  }
+
+ private:
+  // The probe plan: every member holds at least one head and one token step where it can.
+  Plan ProbePlan(Layout* layout_out = nullptr) const {
+    const size_t k = structure_.groups.size();
+    std::vector<std::vector<int>> steps(k), heads(k);
+    for (size_t g = 0; g < k; ++g) {
+      const int m = static_cast<int>(structure_.groups[g].size());
+      steps[g] = ProbeSplit(member_steps_total_, m);
+      heads[g] = ProbeSplit(model_.model().heads, m);
+    }
+    Layout layout = ExactLayout(structure_, group_steps_, model_.workload().seq_len, steps, heads);
+    Plan plan = BuildPlan(model_, layout, "exact", "");
+    if (layout_out) *layout_out = std::move(layout);
+    return plan;
+  }
+
+  // Per rank: attention seconds per head and linear seconds per token at these group ranges.
+  void ProbeCompute() {
+    Layout layout;
+    const PlanCost cost = model_.Evaluate(ProbePlan(&layout));
+    per_head_.assign(model_.cluster().num_ranks(), 0);
+    per_token_.assign(model_.cluster().num_ranks(), 0);
+    for (const GroupLayout& g : layout)
+      for (size_t i = 0; i < g.ranks.size(); ++i) {
+        const RankCost& rc = cost.ranks[g.ranks[i]];
+        if (g.heads[i] > 0) per_head_[rc.rank] = rc.attention_seconds / g.heads[i];
+        if (g.tokens[i] > 0) per_token_[rc.rank] = rc.linear_seconds / g.tokens[i];
+      }
+  }
+
+  // Per rank: memory with j token steps (rounded down) and no heads, and with h heads (query
+  // heads 0..h-1: the fewest KV heads for h) and no tokens. The cost model's memory is model
+  // state + a token part + a head part, each non-decreasing, so these give a lower bound.
+  void ProbeMemory() {
+    const int num_ranks = model_.cluster().num_ranks(), heads = model_.model().heads;
+    token_memory_.assign(num_ranks, std::vector<double>(member_steps_total_ + 1, 0));
+    head_memory_.assign(num_ranks, std::vector<double>(heads + 1, 0));
+    capacity_.assign(num_ranks, 0);
+    Plan plan = ProbePlan();
+    auto probe = [&](int token_steps, int head_count, std::vector<std::vector<double>>& into,
+                     int column) {
+      for (PlanGroup& group : plan.groups) {
+        const int64_t group_tokens = TotalTokens(group.tokens);
+        for (PlanMember& member : group.members) {
+          const int64_t tokens = group_tokens * token_steps / member_steps_total_;
+          member.tokens = tokens > 0 ? Ranges{{0, tokens}} : Ranges{};
+          member.heads.resize(group_tokens > 0 ? head_count : 0);
+          std::iota(member.heads.begin(), member.heads.end(), 0);
         }
-      if (any) starts.push_back(grid_best);
-    }
-    for (const std::vector<int64_t>& t : starts) {
-      Layout start = ClassSearch(model, WithHeads(MakeLayout(model, d.structure, t), d.heads),
-                                 kExactClassEvaluations, clock);
-      PlanState st(model, std::move(start));
-      Descend(st, kExactDescentTrials, [&] { return clock.Expired(); });
-      if (!have || Less(st.score(), best_score)) {
-        best_score = st.score();
-        best_layout = st.layout();
-        have = true;
+      }
+      const PlanCost cost = model_.Evaluate(plan);
+      for (const RankCost& rc : cost.ranks) {
+        into[rc.rank][column] = rc.memory_bytes;
+        capacity_[rc.rank] = rc.memory_capacity_bytes;
+      }
+    };
+    for (int j = 0; j <= member_steps_total_; ++j) probe(j, 0, token_memory_, j);
+    for (int h = 0; h <= heads; ++h) probe(0, h, head_memory_, h);
+  }
+
+  // The memory bound of rank `rank` with `steps` token steps and `heads` heads exceeds capacity.
+  bool CannotFit(int rank, int steps, int heads) const {
+    const double bound =
+        token_memory_[rank][steps] + head_memory_[rank][heads] - token_memory_[rank][0];
+    return bound * (1 - kBoundSlack) > capacity_[rank];
+  }
+
+  static std::vector<int> ProbeSplit(int total, int parts) {
+    std::vector<int> out(parts, total / parts);
+    for (int i = 0; i < total % parts; ++i) ++out[i];
+    return out;
+  }
+
+  void ListChoices(size_t g) {
+    const std::vector<int>& ranks = structure_.groups[g];
+    const int64_t group_tokens = GroupTokens(g);
+    const double limit = best_.Limit();
+    for (size_t t = 0; t < token_lists_[g].size(); ++t) {
+      const std::vector<int64_t> tokens = GridSplit(group_tokens, token_lists_[g][t]);
+      for (size_t h = 0; h < head_lists_[g].size(); ++h) {
+        double bound = 0;
+        bool fits = true;
+        for (size_t i = 0; i < ranks.size() && fits; ++i) {
+          const int member_heads = head_lists_[g][h][i];
+          bound = std::max(bound,
+                           per_token_[ranks[i]] * tokens[i] + per_head_[ranks[i]] * member_heads);
+          fits = !CannotFit(ranks[i], token_lists_[g][t][i], member_heads);
+        }
+        if (!fits || bound * (1 - kBoundSlack) >= limit) continue;
+        choices_[g].push_back({bound, static_cast<int>(t), static_cast<int>(h)});
       }
     }
+    std::stable_sort(
+        choices_[g].begin(), choices_[g].end(),
+        [](const MemberChoice& a, const MemberChoice& b) { return a.bound < b.bound; });
   }
-  // The baselines' sequence splits as further starts (the grid above is coarse; a memory-capped
-  // speed-proportional split can sit in a basin the grid starts miss).
+
+  int64_t GroupTokens(size_t g) const {
+    const int64_t seq = model_.workload().seq_len;
+    return GridSplit(seq / 2, group_steps_)[g] + GridSplit(seq - seq / 2, group_steps_)[g];
+  }
+
+  void Product(size_t g, double bound, const Clock& clock) {
+    if (g == choices_.size()) {
+      Score();
+      return;
+    }
+    for (const MemberChoice& choice : choices_[g]) {
+      const double combined = std::max(bound, choice.bound);
+      if (combined * (1 - kBoundSlack) >= best_.Limit()) break;  // sorted: the rest are worse
+      if (clock.Expired()) return;
+      member_steps_[g] = token_lists_[g][choice.tokens];
+      member_heads_[g] = head_lists_[g][choice.heads];
+      Product(g + 1, combined, clock);
+    }
+  }
+
+  void Score() {
+    Layout layout = ExactLayout(structure_, group_steps_, model_.workload().seq_len, member_steps_,
+                                member_heads_);
+    const PlanCost cost = model_.Evaluate(BuildPlan(model_, layout, "exact", ""));
+    ++best_.evaluated;
+    if (cost.feasible && cost.iteration_seconds <= best_.Limit()) {
+      auto [it, added] = best_.runners.try_emplace({best_.structure, member_heads_},
+                                                   cost.iteration_seconds, layout);
+      if (!added && cost.iteration_seconds < it->second.first)
+        it->second = {cost.iteration_seconds, layout};
+    }
+    if (!best_.have || Better(cost, best_.cost)) {
+      best_.have = true;
+      best_.cost = cost;
+      best_.layout = std::move(layout);
+    }
+  }
+
+  const CostModel& model_;
+  const int member_steps_total_;  // member tokens in multiples of 1 / this of the group's
+  const Structure& structure_;
+  const std::vector<int> group_steps_;
+  Incumbent& best_;
+  std::vector<std::vector<std::vector<int>>> token_lists_, head_lists_;
+  std::vector<double> per_head_, per_token_;
+  // [rank][token steps], [rank][heads]: memory lower-bound parts; capacity per rank.
+  std::vector<std::vector<double>> token_memory_, head_memory_;
+  std::vector<double> capacity_;
+  std::vector<std::vector<MemberChoice>> choices_;
+  std::vector<std::vector<int>> member_steps_, member_heads_;
+};
+
+}  // namespace
+
+namespace sched_internal {
+
+ExactDomainResult ExactDomainOptimum(const CostModel& model, const ScheduleOptions& options,
+                                     const ExactGrid& grid) {
+  Clock clock(options.time_limit_seconds);
+  const std::vector<Structure> structures = ExactStructures(model.cluster());
+  Incumbent best;
+  ExactDomainResult result;
+  result.structures = static_cast<int64_t>(structures.size());
+  for (size_t index = 0; index < structures.size(); ++index) {
+    best.structure = index;
+    if (options.progress) options.progress(0.9 * index / structures.size());
+    const Structure& structure = structures[index];
+    const int k = static_cast<int>(structure.groups.size());
+    for (const std::vector<int>& steps : Compositions(grid.group_steps, k, 1)) {
+      if (clock.Expired()) break;
+      GridSearch(model, grid, structure, steps, best).Run(clock);
+    }
+  }
+  result.complete = !clock.Expired();
+  result.found = best.have;
+  result.cost = best.cost;
+  result.layout = best.layout;
+  result.evaluated = best.evaluated;
+  std::vector<std::pair<double, Layout>> runners;
+  for (auto& [key, point] : best.runners) runners.push_back(std::move(point));
+  std::stable_sort(runners.begin(), runners.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [seconds, layout] : runners) {
+    if (static_cast<int>(result.runners_up.size()) >= kRunnerUps) break;
+    if (seconds <= best.cost.iteration_seconds * (1 + kRunnerUpMargin) &&
+        !(layout == result.layout))
+      result.runners_up.push_back(std::move(layout));
+  }
+  return result;
+}
+
+}  // namespace sched_internal
+
+namespace {
+
+// Descent outside the domain from `start`; the result replaces `best` when its full score is
+// better (the descent's incremental score may differ from the full one in the last digits).
+void RefineInto(const CostModel& model, Layout start, const Clock& clock, Layout& best,
+                PlanCost& best_cost) {
+  PlanState state(model, ClassSearch(model, std::move(start), kExactClassEvaluations, clock));
+  Descend(state, kExactDescentTrials, [&] { return clock.Expired(); });
+  const PlanCost cost = model.Evaluate(BuildPlan(model, state.layout(), "exact", ""));
+  if (Better(cost, best_cost)) {
+    best_cost = cost;
+    best = state.layout();
+  }
+}
+
+}  // namespace
+
+Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions& options) {
+  const int n = model.cluster().num_ranks();
+  if (n > kExactMaxRanks)
+    return NotSupported("--strategy exact: the cluster has " + std::to_string(n) +
+                        " ranks; the exhaustive search supports at most " +
+                        std::to_string(kExactMaxRanks) + " (hint: use --strategy hexiseq)");
+  const ExactDomainResult domain = ExactDomainOptimum(model, options);
+  Clock clock(options.time_limit_seconds);
+  Layout best = domain.layout;
+  PlanCost best_cost = domain.cost;
+  if (!domain.found) {  // every point of the domain was cut by the memory bound
+    best_cost.feasible = false;
+    best_cost.max_memory_fraction = std::numeric_limits<double>::infinity();
+  } else {
+    // Outside the domain: 1-token descent from the domain optimum and the runners-up ...
+    RefineInto(model, domain.layout, clock, best, best_cost);
+    for (const Layout& start : domain.runners_up) RefineInto(model, start, clock, best, best_cost);
+  }
+  // ... and from each baseline plan.
   for (const StrategyResult& b : AllBaselines(model)) {
     Layout layout;
-    if (!b.applicable || !LayoutFromPlan(b.plan, layout)) continue;
-    PlanState st(model, std::move(layout));
-    Descend(st, kExactDescentTrials, [&] { return clock.Expired(); });
-    if (!have || Less(st.score(), best_score)) {
-      best_score = st.score();
-      best_layout = st.layout();
-      have = true;
-    }
+    if (b.applicable && LayoutFromPlan(b.plan, layout))
+      RefineInto(model, std::move(layout), clock, best, best_cost);
   }
-  StrategyResult result =
-      Score(model, BuildPlan(model, best_layout, "exact", "exhaustive"), "exhaustive");
+  if (best.empty())
+    return Infeasible(options.explain_infeasible ? ExplainInfeasible(model)
+                                                 : "no plan fits memory");
+  const bool refined = !(best == domain.layout);
+  const std::string config =
+      std::string(domain.complete ? "exhaustive" : "exhaustive, time limit reached") +
+      (refined ? " + descent" : "");
+  StrategyResult result = Score(model, BuildPlan(model, best, "exact", config), config);
   result.strategy = "exact";
   if (options.progress) options.progress(1);
-  if (!result.cost.feasible) return Infeasible(ExplainInfeasible(model));
+  if (!result.cost.feasible)
+    return Infeasible(options.explain_infeasible
+                          ? ExplainInfeasible(model)
+                          : "no plan of the exact search's domain fits memory: " +
+                                result.cost.infeasible_reason);
   return result;
 }
 

@@ -19,7 +19,7 @@ namespace hexiseq {
 
 // One row of the table behind a decision (for `hexiseq explain` and the benches).
 struct CandidateRecord {
-  std::string name;             // e.g. "groups=node|8 seq=balanced" or "baseline usp"
+  std::string name;              // e.g. "groups=node|8 seq=balanced" or "baseline usp"
   double iteration_seconds = 0;  // predicted; before refinement for group-level candidates
   double refined_seconds = 0;    // after refinement (0 when it was not refined)
   bool feasible = false;
@@ -50,11 +50,19 @@ struct ScheduleOptions {
 // Thread-safe for concurrent calls on the same CostModel.
 Result<StrategyResult> Schedule(const CostModel& model, const ScheduleOptions& options = {});
 
-// Strategy "exact": exhaustive search with the same cost model for clusters of at most
-// kExactMaxRanks ranks: every grouping (set partition, optionally one group idle), every ring
-// order of the groups, every head split of each group (up to swapping identical devices), and
-// sequence splits on a grid followed by a 1-token descent. kNotSupported for larger clusters.
-inline constexpr int kExactMaxRanks = 8;
+// Strategy "exact": the optimum of the cost model over a stated domain, for clusters of at most
+// kExactMaxRanks ranks: every grouping (set partition, optionally one group idle), every order of
+// the groups (ring order and zigzag placement), every member order, every head split at
+// whole-head granularity (consecutive blocks in member order); the sequence in
+// 2 x kExactGroupSteps chunks, active group k taking c_k >= 1 from the front and c_k from the back
+// (sum c_k = kExactGroupSteps), member tokens in multiples of 1 / kExactMemberSteps of their
+// group's (largest remainder where S does not divide). Exhaustive, pruned only by exact bounds
+// (symmetry between ranks of one node, per-rank compute and memory lower bounds); the optimum is
+// then refined outside the grid (class-level sequence search and 1-token descent, also from
+// runners-up and the baselines; never worse). kNotSupported for larger clusters.
+inline constexpr int kExactMaxRanks = 3;
+inline constexpr int kExactGroupSteps = 32;
+inline constexpr int kExactMemberSteps = 24;
 Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions& options = {});
 
 // For a workload that does not fit: which rank cannot fit, what it needs and what it has, and the

@@ -1,59 +1,395 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
+#include <numeric>
 #include <random>
 
 #include "plan/plan.h"
+#include "sched/baselines.h"
 #include "sched/sched_test_util.h"
 #include "sched/scheduler.h"
+#include "sched/scheduler_internal.h"
 
 namespace hexiseq {
 namespace {
 
-TEST(ExactSearch, RefusesMoreThanEightRanks) {
-  Cluster cluster = MakeCluster({sched_test::Device("H100-SXM")}, {1}, 9, 25e9);
+using sched_internal::BuildPlan;
+using sched_internal::ExactDomainOptimum;
+using sched_internal::ExactGrid;
+using sched_internal::Layout;
+using sched_internal::LayoutFromPlan;
+using sched_internal::SnapToExactDomain;
+
+// A coarser grid than the default, so that the brute force stays at a few seconds; the test
+// sequence lengths are multiples of 16 x 12.
+constexpr ExactGrid kTestGrid{16, 12};
+
+// A preset with few heads, so that the brute force below stays at a few thousand plans.
+ModelSpec FewHeads(int heads, int kv_heads) {
+  ModelSpec m = sched_test::Model("llama3.2-3b");
+  m.name = "few-heads";
+  m.heads = heads;
+  m.kv_heads = kv_heads;
+  return m;
+}
+
+// Every composition of `total` into `parts` parts of at least `min_part`.
+void ForEachComposition(int total, int parts, int min_part,
+                        const std::function<void(const std::vector<int>&)>& visit) {
+  std::vector<int> v(parts, 0);
+  std::function<void(int, int)> rec = [&](int i, int left) {
+    if (i == parts - 1) {
+      if (left >= min_part) {
+        v[i] = left;
+        visit(v);
+      }
+      return;
+    }
+    for (int x = min_part; x + min_part * (parts - 1 - i) <= left; ++x) {
+      v[i] = x;
+      rec(i + 1, left - x);
+    }
+  };
+  rec(0, total);
+}
+
+// Cuts `count` tokens starting `offset` tokens into the concatenation of `ranges`.
+Ranges Slice(const Ranges& ranges, int64_t offset, int64_t count) {
+  Ranges out;
+  for (const Range& r : ranges) {
+    const int64_t skip = std::min(offset, r.size());
+    offset -= skip;
+    const int64_t begin = r.begin + skip, end = std::min(r.end, begin + count);
+    if (end <= begin) continue;
+    out.push_back({begin, end});
+    count -= end - begin;
+  }
+  return out;
+}
+
+struct BruteForce {
+  PlanCost best;
+  bool have = false;
+  int64_t points = 0, infeasible = 0;
+};
+
+// One point of the brute force: groups in order (the last one idle when `idle_last`), group k
+// with steps[k] chunks of S / (2 x group steps) at the front and as many at the back, members
+// with member_steps[k][i] / member steps of the group's tokens and member_heads[k][i] heads.
+Plan BruteForcePlan(const CostModel& model, const ExactGrid& grid,
+                    const std::vector<std::vector<int>>& groups, bool idle_last,
+                    const std::vector<int>& steps,
+                    const std::vector<std::vector<int>>& member_steps,
+                    const std::vector<std::vector<int>>& member_heads) {
+  const int64_t seq = model.workload().seq_len;
+  const int64_t chunk = seq / (2 * grid.group_steps);
+  Plan plan = EmptyPlan(model, "brute");
+  int64_t front = 0, back = seq;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const int64_t size = steps[k] * chunk;
+    const Ranges tokens = Normalize({{front, front + size}, {back - size, back}});
+    front += size;
+    back -= size;
+    std::vector<Ranges> member_tokens;
+    std::vector<std::vector<int>> head_sets;
+    int64_t offset = 0;
+    int head = 0;
+    for (size_t i = 0; i < groups[k].size(); ++i) {
+      const int64_t count = 2 * size * member_steps[k][i] / grid.member_steps;
+      member_tokens.push_back(Slice(tokens, offset, count));
+      offset += count;
+      std::vector<int> set(member_heads[k][i]);
+      std::iota(set.begin(), set.end(), head);
+      head += member_heads[k][i];
+      head_sets.push_back(set);
+    }
+    AddGroup(plan, model.cluster(), groups[k], tokens, member_tokens, head_sets);
+  }
+  if (idle_last) AddIdleGroup(plan, model.cluster(), groups.back());
+  return plan;
+}
+
+// The domain, enumerated without symmetry or bounds: every permutation of the ranks cut into
+// consecutive groups (members in permutation order), optionally the last group idle; group
+// steps, member steps and heads as stated. REQUIRES: S a multiple of group steps x member steps
+// (no rounding).
+BruteForce BruteForceDomain(const CostModel& model, const ExactGrid& grid) {
+  const int n = model.cluster().num_ranks(), heads = model.model().heads;
+  EXPECT_EQ(model.workload().seq_len % (grid.group_steps * grid.member_steps), 0);
+  BruteForce out;
+  auto score = [&](const Plan& plan) {
+    auto valid = Validate(plan, model.cluster(), model.model());
+    EXPECT_TRUE(valid) << (valid ? "" : valid.error().message);
+    const PlanCost cost = model.Evaluate(plan);
+    ++out.points;
+    out.infeasible += !cost.feasible;
+    if (cost.feasible && (!out.have || cost.iteration_seconds < out.best.iteration_seconds)) {
+      out.best = cost;
+      out.have = true;
+    }
+  };
+  std::vector<int> perm(n);
+  std::iota(perm.begin(), perm.end(), 0);
+  do {
+    for (int cuts = 1; cuts <= n; ++cuts)
+      ForEachComposition(n, cuts, 1, [&](const std::vector<int>& sizes) {
+        std::vector<std::vector<int>> groups;
+        int at = 0;
+        for (int size : sizes) {
+          groups.emplace_back(perm.begin() + at, perm.begin() + at + size);
+          at += size;
+        }
+        for (int idle_last = 0; idle_last <= (cuts > 1 ? 1 : 0); ++idle_last) {
+          const int active = cuts - idle_last;
+          ForEachComposition(grid.group_steps, active, 1, [&](const std::vector<int>& steps) {
+            std::vector<std::vector<int>> member_steps(active), member_heads(active);
+            std::function<void(int)> choose = [&](int g) {  // member steps and heads per group
+              if (g == active)
+                return score(BruteForcePlan(model, grid, groups, idle_last, steps, member_steps,
+                                            member_heads));
+              const int m = static_cast<int>(groups[g].size());
+              ForEachComposition(grid.member_steps, m, 0, [&](const std::vector<int>& ms) {
+                ForEachComposition(heads, m, 0, [&](const std::vector<int>& hs) {
+                  member_steps[g] = ms;
+                  member_heads[g] = hs;
+                  choose(g + 1);
+                });
+              });
+            };
+            choose(0);
+          });
+        }
+      });
+  } while (std::next_permutation(perm.begin(), perm.end()));
+  return out;
+}
+
+// Tiny clusters: 2 and 3 ranks (two of them on one node in some), with and without memory
+// binding. The exact search's domain optimum equals the brute force's, to the last digits.
+TEST(ExactSearch, DomainOptimumEqualsBruteForce) {
+  std::mt19937_64 rng(3);
+  struct Case {
+    int ranks;
+    int64_t seq;
+    double reserve;  // memory reserve: high values make memory bind
+  };
+  const Case cases[] = {{2, 24576, 0.1},  {3, 12288, 0.1}, {3, 49152, 0.1},
+                        {3, 196608, 0.1}, {3, 98304, 0.6}, {2, 786432, 0.1}};
+  int binding = 0, compared = 0;
+  for (const Case& c : cases) {
+    Cluster cluster = sched_test::RandomSmallCluster(rng, c.ranks);
+    Workload w;
+    w.seq_len = c.seq;
+    w.memory_reserve = c.reserve;
+    CostModel model(cluster, FewHeads(4, 2), w);
+    const BruteForce brute = BruteForceDomain(model, kTestGrid);
+    const auto exact = ExactDomainOptimum(model, {}, kTestGrid);
+    ASSERT_TRUE(exact.complete);
+    const bool exact_fits = exact.found && exact.cost.feasible;
+    ASSERT_EQ(brute.have, exact_fits) << "seq " << c.seq << ", " << brute.points << " points";
+    if (brute.infeasible > 0 && brute.have) ++binding;
+    if (!brute.have) continue;
+    ++compared;
+    EXPECT_NEAR(exact.cost.iteration_seconds / brute.best.iteration_seconds, 1.0, 1e-12)
+        << "seq " << c.seq;
+    EXPECT_LT(exact.evaluated, brute.points);  // the bounds and the symmetry cut something
+  }
+  EXPECT_GE(compared, 3);
+  EXPECT_GE(binding, 1);  // at least one case where the memory bound had work to do
+}
+
+// Two identical GPUs on one node and a third type: the symmetry between the identical pair
+// (structures scored once per node pattern) loses nothing.
+Cluster PairAndOne(const std::string& pair, const std::string& single) {
+  Cluster c;
+  c.name = "pair-and-one";
+  for (auto [name, gpus] : {std::pair{pair, 2}, std::pair{single, 1}}) {
+    NodeKind kind;
+    kind.device = sched_test::Device(name);
+    kind.count = 1;
+    kind.gpus_per_node = gpus;
+    kind.intra_node_bytes_per_second = 200e9;
+    kind.nic_bytes_per_second = 12e9;
+    kind.latency_seconds = 3e-6;
+    c.kinds.push_back(kind);
+  }
+  c.Finalize();
+  return c;
+}
+
+TEST(ExactSearch, DomainOptimumEqualsBruteForceWithIdenticalRanks) {
+  for (auto [pair, single] : {std::pair{"A100-40G", "H100-SXM"}, std::pair{"L40S", "A800"}}) {
+    Cluster cluster = PairAndOne(pair, single);
+    Workload w;
+    w.seq_len = 49152;
+    CostModel model(cluster, FewHeads(4, 1), w);
+    const BruteForce brute = BruteForceDomain(model, kTestGrid);
+    const auto exact = ExactDomainOptimum(model, {}, kTestGrid);
+    ASSERT_TRUE(brute.have);
+    ASSERT_TRUE(exact.found);
+    EXPECT_NEAR(exact.cost.iteration_seconds / brute.best.iteration_seconds, 1.0, 1e-12) << pair;
+  }
+}
+
+// Member 0 of group 0: memory >= (its tokens, no heads) + (no tokens, heads 0..h-1) - (neither),
+// the exact search's memory bound.
+void ExpectMemoryBound(const CostModel& model, const Plan& plan) {
+  const PlanMember& real = plan.groups[0].members[0];
+  auto memory_with = [&](int64_t tokens, int heads) {
+    Plan probe = plan;
+    PlanMember& member = probe.groups[0].members[0];
+    member.tokens = tokens > 0 ? Ranges{{0, tokens}} : Ranges{};
+    member.heads.resize(heads);
+    std::iota(member.heads.begin(), member.heads.end(), 0);
+    return model.Evaluate(probe).ranks[member.rank].memory_bytes;
+  };
+  const int64_t tokens = TotalTokens(real.tokens);
+  const int heads = static_cast<int>(real.heads.size());
+  const double bound = memory_with(tokens, 0) + memory_with(0, heads) - memory_with(0, 0);
+  EXPECT_GE(model.Evaluate(plan).ranks[real.rank].memory_bytes, bound * (1 - 1e-12));
+}
+
+// The bounds rest on three properties of the cost model, checked here on random plans of the
+// domain: the iteration is no faster than any rank's compute; for fixed group ranges a rank's
+// linear seconds are proportional to its tokens and its attention seconds to its heads; its
+// memory is model state + a token part + a head part (additive).
+TEST(ExactSearch, CostModelPropertiesTheBoundsRelyOn) {
+  std::mt19937_64 rng(9);
+  Cluster cluster = sched_test::RandomSmallCluster(rng, 3);
+  Workload w;
+  w.seq_len = 131072;
+  CostModel model(cluster, sched_test::Model("llama3-8b"), w);
+  const auto structures = sched_internal::ExactStructures(cluster);
+  const int heads = model.model().heads;
+  int checked = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const auto& s = structures[rng() % structures.size()];
+    const int k = static_cast<int>(s.groups.size());
+    std::vector<int> steps(k, 1);
+    for (int i = k; i < kTestGrid.group_steps; ++i) ++steps[rng() % k];
+    std::vector<std::vector<int>> member(k), head(k);
+    for (int g = 0; g < k; ++g) {
+      const size_t m = s.groups[g].size();
+      member[g].assign(m, 0);
+      head[g].assign(m, 0);
+      for (int i = 0; i < kTestGrid.member_steps; ++i) ++member[g][rng() % m];
+      for (int i = 0; i < heads; ++i) ++head[g][rng() % m];
+    }
+    const Layout layout = sched_internal::ExactLayout(s, steps, w.seq_len, member, head);
+    const Plan plan = BuildPlan(model, layout, "t", "");
+    ASSERT_TRUE(Validate(plan, cluster, model.model()));
+    const PlanCost cost = model.Evaluate(plan);
+    // Same group ranges, member 0 of group 0 with other tokens and heads.
+    Layout other = layout;
+    auto& g0 = other[0];
+    if (g0.ranks.size() < 2) continue;
+    ++checked;
+    const int64_t moved = g0.tokens[0] / 2;
+    g0.tokens[0] -= moved;
+    g0.tokens[1] += moved;
+    const int moved_heads = g0.heads[0] / 2;
+    g0.heads[0] -= moved_heads;
+    g0.heads[1] += moved_heads;
+    const PlanCost cost2 = model.Evaluate(BuildPlan(model, other, "t", ""));
+    for (const RankCost& rc : cost.ranks)
+      EXPECT_LE(rc.compute_seconds(), cost.iteration_seconds * (1 + 1e-12));
+    ExpectMemoryBound(model, plan);
+    const int rank = g0.ranks[0];
+    const RankCost &a = cost.ranks[rank], &b = cost2.ranks[rank];
+    if (layout[0].tokens[0] > 0 && g0.tokens[0] > 0)
+      EXPECT_NEAR(a.linear_seconds / layout[0].tokens[0], b.linear_seconds / g0.tokens[0],
+                  1e-12 * a.linear_seconds / layout[0].tokens[0]);
+    if (layout[0].heads[0] > 0 && g0.heads[0] > 0)
+      EXPECT_NEAR(a.attention_seconds / layout[0].heads[0], b.attention_seconds / g0.heads[0],
+                  1e-12 * a.attention_seconds / layout[0].heads[0]);
+  }
+  EXPECT_GE(checked, 50);
+}
+
+// The scheduler's plan rounded onto a grid, as a point of the domain.
+PlanCost SnappedScheduler(const CostModel& model, const Plan& scheduled, const ExactGrid& grid) {
+  Layout layout;
+  EXPECT_TRUE(LayoutFromPlan(scheduled, layout));
+  const Plan snapped =
+      BuildPlan(model, SnapToExactDomain(layout, model.workload().seq_len, grid), "snapped", "");
+  EXPECT_TRUE(Validate(snapped, model.cluster(), model.model()));
+  return model.Evaluate(snapped);
+}
+
+// Random small clusters and real models: the scheduler's plan, rounded onto the (test) grid, is
+// never better than the domain optimum over that grid.
+TEST(ExactSearch, SchedulerOnTheGridNeverBeatsTheDomainOptimum) {
+  std::mt19937_64 rng(17);
+  const char* models[] = {"llama3.2-3b", "llama3-8b", "gpt-3b", "llama2-7b"};
+  int compared = 0;
+  for (int c = 0; c < 12; ++c) {
+    const int ranks = 2 + static_cast<int>(rng() % (kExactMaxRanks - 1));
+    Cluster cluster = sched_test::RandomSmallCluster(rng, ranks);
+    Workload w;
+    w.seq_len = int64_t{1} << (14 + rng() % 3);
+    CostModel model(cluster, sched_test::Model(models[rng() % 4]), w);
+    auto scheduled = Schedule(model);
+    const auto domain = ExactDomainOptimum(model, {}, kTestGrid);
+    if (!scheduled || !domain.found) continue;
+    const PlanCost snapped = SnappedScheduler(model, scheduled->plan, kTestGrid);
+    if (!snapped.feasible) continue;
+    ++compared;
+    EXPECT_GE(snapped.iteration_seconds, domain.cost.iteration_seconds * (1 - 1e-12))
+        << "case " << c;
+  }
+  EXPECT_GE(compared, 5);
+}
+
+// --strategy exact on the default domain: its plan validates, is no worse than the scheduler's
+// plan rounded onto the grid (a domain point) nor than the best baseline, and is byte-identical
+// between runs.
+TEST(ExactSearch, ExactPlanValidatesAndIsDeterministic) {
+  std::mt19937_64 rng(23);
+  int compared = 0;
+  for (int ranks : {2, 3, 3}) {
+    Cluster cluster = sched_test::RandomSmallCluster(rng, ranks);
+    Workload w;
+    w.seq_len = 65536;
+    CostModel model(cluster, sched_test::Model("llama3.2-3b"), w);
+    auto exact = ExactSearch(model);
+    auto scheduled = Schedule(model);
+    ASSERT_EQ(exact.has_value(), scheduled.has_value()) << ranks << " ranks";
+    if (!exact) continue;
+    ++compared;
+    ASSERT_TRUE(Validate(exact->plan, cluster, model.model()));
+    EXPECT_EQ(exact->strategy, "exact");
+    const PlanCost snapped = SnappedScheduler(model, scheduled->plan, {});
+    if (snapped.feasible) EXPECT_LE(exact->cost.iteration_seconds, snapped.iteration_seconds);
+    double best_baseline = std::numeric_limits<double>::infinity();
+    for (const StrategyResult& b : AllBaselines(model))
+      if (b.feasible()) best_baseline = std::min(best_baseline, b.cost.iteration_seconds);
+    EXPECT_LE(exact->cost.iteration_seconds, best_baseline * (1 + 1e-12));
+    auto again = ExactSearch(model);
+    ASSERT_TRUE(again);
+    EXPECT_EQ(PlanToJson(exact->plan), PlanToJson(again->plan)) << ranks << " ranks";
+  }
+  EXPECT_GE(compared, 2);
+}
+
+TEST(ExactSearch, RefusesClustersAboveItsDomain) {
+  Cluster cluster = MakeCluster({sched_test::Device("H100-SXM")}, {1}, kExactMaxRanks + 1, 25e9);
   Workload w;
   w.seq_len = 65536;
   CostModel model(cluster, sched_test::Model("llama3-8b"), w);
   auto r = ExactSearch(model);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::kNotSupported);
-  EXPECT_NE(r.error().message.find("9 ranks"), std::string::npos) << r.error().message;
-  EXPECT_NE(r.error().message.find("at most 8"), std::string::npos) << r.error().message;
+  const std::string ranks = std::to_string(kExactMaxRanks + 1) + " ranks";
+  EXPECT_NE(r.error().message.find(ranks), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("at most " + std::to_string(kExactMaxRanks)), std::string::npos)
+      << r.error().message;
+  EXPECT_NE(r.error().message.find("--strategy hexiseq"), std::string::npos) << r.error().message;
 }
 
-// A fixed set of small heterogeneous cases: the scheduler within 1% of the exact search, and the
-// exact search never worse than the best baseline (it enumerates a superset of their structures
-// and refines the baselines' sequence splits too).
-TEST(ExactSearch, SchedulerWithinOnePercentOnFixedCases) {
-  std::mt19937_64 rng(11);
-  const char* models[] = {"llama3-8b", "llama3.2-3b", "gpt-3b", "llama2-7b"};
-  int compared = 0;
-  for (int c = 0; c < 6; ++c) {
-    const int ranks = 2 + static_cast<int>(rng() % 3);
-    Cluster cluster = sched_test::RandomSmallCluster(rng, ranks);
-    Workload w;
-    w.seq_len = int64_t{1} << (15 + rng() % 3);
-    CostModel model(cluster, sched_test::Model(models[rng() % 4]), w);
-    auto s = Schedule(model);
-    auto e = ExactSearch(model);
-    ASSERT_EQ(s.has_value(), e.has_value()) << "case " << c;
-    if (!s) continue;
-    ++compared;
-    ASSERT_TRUE(Validate(e->plan, cluster, model.model()));
-    EXPECT_EQ(e->strategy, "exact");
-    EXPECT_LE(s->cost.iteration_seconds, e->cost.iteration_seconds * 1.01) << "case " << c;
-    double best_baseline = 1e300;
-    for (const StrategyResult& b : AllBaselines(model))
-      if (b.feasible()) best_baseline = std::min(best_baseline, b.cost.iteration_seconds);
-    EXPECT_LE(e->cost.iteration_seconds, best_baseline * (1 + 1e-12)) << "case " << c;
-  }
-  EXPECT_GE(compared, 3);
-}
-
-// Same input, same plan, byte for byte: two runs, and one and two threads, of both strategies,
-// on small heterogeneous clusters (the structure search and the exact search both run there).
-TEST(Determinism, ScheduleAndExactGiveByteIdenticalPlans) {
+// Same input, same plan, byte for byte: two runs, and one and two threads, of the scheduler on
+// small heterogeneous clusters (the exact search's determinism is checked above).
+TEST(Determinism, ScheduleGivesByteIdenticalPlans) {
   std::mt19937_64 rng(5);
   for (int c = 0; c < 3; ++c) {
     Cluster cluster = sched_test::RandomSmallCluster(rng, 3 + c);
@@ -62,16 +398,14 @@ TEST(Determinism, ScheduleAndExactGiveByteIdenticalPlans) {
     CostModel model(cluster, sched_test::Model("llama3-8b"), w);
     ScheduleOptions one, two;
     two.threads = 2;
-    for (auto run : {&Schedule, &ExactSearch}) {
-      auto a = run(model, one);
-      auto b = run(model, one);
-      auto t = run(model, two);
-      ASSERT_EQ(a.has_value(), b.has_value());
-      ASSERT_EQ(a.has_value(), t.has_value());
-      if (!a) continue;
-      EXPECT_EQ(PlanToJson(a->plan), PlanToJson(b->plan)) << "case " << c;
-      EXPECT_EQ(PlanToJson(a->plan), PlanToJson(t->plan)) << "case " << c << ", 2 threads";
-    }
+    auto a = Schedule(model, one);
+    auto b = Schedule(model, one);
+    auto t = Schedule(model, two);
+    ASSERT_EQ(a.has_value(), b.has_value());
+    ASSERT_EQ(a.has_value(), t.has_value());
+    if (!a) continue;
+    EXPECT_EQ(PlanToJson(a->plan), PlanToJson(b->plan)) << "case " << c;
+    EXPECT_EQ(PlanToJson(a->plan), PlanToJson(t->plan)) << "case " << c << ", 2 threads";
   }
 }
 

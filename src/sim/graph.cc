@@ -290,10 +290,14 @@ void Builder::AttentionOps(Direction direction, PassOps& ops) {
 }
 
 // Backward: each replica's dK/dV partial goes to its primary after its attention on the block;
-// the primary sums them with its own and returns one message to the owner's primary. Each goes
-// as soon as it is ready (to different peers, so they share only the rank's ports).
+// the primary sums them with its own (and, along the chain, with the previous group's sum) and
+// sends one message where the schedule's route says. Sums a rank sends over one link leave in the
+// order it computes them (one channel per peer, as for K/V).
 void Builder::DkvMessages(PassOps& ops) {
   std::vector<int> partials;
+  std::vector<LinkSend> sends;
+  int feeding_return = -1;  // the previous hop's sum of the current (segment, origin)
+  const int ring_groups = schedule_.num_ring_groups();
   for (const RingMessage& message : dkv_messages_) {
     const int computed = FindOp(ops.attention[message.source_rank], message.origin);
     HEXISEQ_CHECK(computed >= 0, "a dK/dV message from a rank that did not compute the block");
@@ -311,9 +315,15 @@ void Builder::DkvMessages(PassOps& ops) {
     Dep(computed, op);
     for (int partial : partials) Dep(partial, op);
     partials.clear();
+    if (schedule_.DkvFeeder(message.hop) >= 0) Dep(feeding_return, op);
+    feeding_return = op;
     Dep(op, ops.ring_done[message.dest_rank]);
     Dep(op, ops.ring_done[message.source_rank]);
+    const int ring_pos = schedule_.chains[message.origin].hops[message.hop].ring_pos;
+    sends.push_back({message.source_rank, message.dest_rank,
+                     (ring_pos - message.origin + ring_groups) % ring_groups, op});
   }
+  SendInOrderPerLink(sends);
 }
 
 // Forward: output projection + MLP. Backward: the QKV GEMMs' backward.
@@ -360,7 +370,7 @@ LayerGraph Builder::Build() {
   sizes.head_dim = model.head_dim;
   sizes.element_bytes = cost_.workload().bytes_per_element;
   sizes.lse_bytes = kLseBytes;
-  auto schedule = BuildLayerSchedule(plan_, sizes);
+  auto schedule = BuildLayerSchedule(plan_, sizes, options_.dkv_route);
   HEXISEQ_CHECK(schedule.has_value(), "a validated plan has a layer schedule");
   schedule_ = std::move(*schedule);
   num_ranks_ = cost_.cluster().num_ranks();

@@ -6,8 +6,8 @@
 // attention on the diagonal block while K/V blocks follow their chains (primary to primary,
 // forwarded as soon as received, copied to replicas) -> one attention op per visiting block ->
 // all-to-all (O, LSE) -> O + MLP GEMMs. Backward is the same pass in the other direction; each
-// group's dK/dV of a block (replicas' partials summed at the primary) returns straight to the
-// block's owner.
+// group's dK/dV of a block (replicas' partials summed at the primary) follows the schedule's
+// route (LayerSchedule::DkvTarget), sums over one link leaving in the order they are computed.
 // Ignored: norms/RoPE/softmax FLOPs, optimizer step, memory allocation (the cost model's
 // memory figures decide feasibility).
 #pragma once
@@ -15,13 +15,15 @@
 #include <vector>
 
 #include "cost/cost_model.h"
+#include "plan/layer_schedule.h"
 #include "plan/plan.h"
 #include "sim/engine.h"
 
 namespace hexiseq::sim {
 
 struct GraphOptions {
-  int explicit_layers = 1;  // layers built explicitly; the iteration scales them
+  int explicit_layers = 1;         // layers built explicitly; the iteration scales them
+  DkvRoute dkv_route = kDkvRoute;  // the schedule's policy; the other only to measure the choice
 };
 
 // Per pass, per rank: the ops that end the pass's phases (-1 for ranks without work).

@@ -52,6 +52,7 @@ Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOpt
   Engine layer_engine(cluster, engine_options);
   GraphOptions graph_options;
   graph_options.explicit_layers = options.explicit_layers;
+  graph_options.dkv_route = options.dkv_route;
   const LayerGraph graph = BuildLayerGraph(plan, cost, graph_options, layer_engine);
   EngineResult layer_run = layer_engine.Run();
 

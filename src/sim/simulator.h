@@ -27,6 +27,8 @@ struct SimOptions {
   int explicit_layers = 1;     // layers simulated explicitly (1..model layers)
   int nics_per_node = 0;       // 0: one NIC per GPU; k: the node's GPUs share k NICs
   bool keep_timeline = false;  // keep every op's timing (needed for the trace)
+  // The schedule's dK/dV route; the default is the policy, the other is for measuring the choice.
+  DkvRoute dkv_route = kDkvRoute;
 };
 
 struct SimRank {

@@ -54,8 +54,9 @@ struct CostModel::GroupScratch {
   std::vector<double> s_d, h_d, kv_d, lin, a2a, ring_chain;
   std::vector<double> kv_ports, return_ports;  // [member * kPorts + port] seconds
   std::vector<uint8_t> needs;  // [member * num_kv + kv head]: the member holds a query head of it
-  std::vector<int> mine, before, after, primary_heads;
+  std::vector<int> mine, before, after, owner_primary;
   std::vector<std::pair<int, int>> links_seen;  // ring links already charged their latency
+  ChainTraffic traffic;
 };
 
 CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Workload& workload,
@@ -275,15 +276,132 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
   out.lin_fwd = lin_max;
 }
 
-// Ring phase traffic: per member and port, the sub-ring K/V transfers (to and from the ring
-// neighbours' primaries, and to replicas) and the backward's dK/dV returns.
+namespace {
+
+// First and last token position and token count of a plan group (tokens == 0: idle).
+struct GroupSpan {
+  int64_t first = 0, last = -1, tokens = 0;
+};
+
+GroupSpan SpanOf(const PlanGroup& group) {
+  GroupSpan span;
+  for (const Range& range : group.tokens) {
+    if (range.size() <= 0) continue;
+    span.first = span.tokens == 0 ? range.begin : std::min(span.first, range.begin);
+    span.last = std::max(span.last, range.end - 1);
+    span.tokens += range.size();
+  }
+  return span;
+}
+
+}  // namespace
+
+CostModel::ChainTraffic CostModel::GroupChainTraffic(const Plan& plan, int group_index) const {
+  ChainTraffic out;
+  GroupChainTraffic(plan, group_index, out);
+  return out;
+}
+
+// A ring group needs origin o's block when its last query is at or after o's first key (the
+// schedule's rule). Going round the ring from the group, the groups strictly between it and o are
+// the ones after it on o's chain; going back, those strictly between o and it are before it.
+void CostModel::GroupChainTraffic(const Plan& plan, int group_index, ChainTraffic& out) const {
+  out.kv_in = out.kv_out = out.sums_in = out.sums_on = out.own_return = 0;
+  out.own_returner = -1;
+  out.returns_home.clear();
+  thread_local std::vector<int> ring;
+  thread_local std::vector<GroupSpan> spans;
+  ring.clear();
+  spans.clear();
+  int self = -1;
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    const GroupSpan span = SpanOf(plan.groups[g]);
+    if (span.tokens == 0) continue;
+    if (static_cast<int>(g) == group_index) self = static_cast<int>(ring.size());
+    ring.push_back(static_cast<int>(g));
+    spans.push_back(span);
+  }
+  if (self < 0) return;
+  const int ring_size = static_cast<int>(ring.size());
+  const GroupSpan& mine = spans[self];
+  int64_t between_last = -1;  // last position of the groups strictly between this one and o
+  for (int distance = 1; distance < ring_size; ++distance) {
+    const GroupSpan& origin = spans[(self + distance) % ring_size];
+    if (mine.last >= origin.first) {
+      out.kv_in += origin.tokens;
+      if (between_last >= origin.first) {
+        out.kv_out += origin.tokens;
+        out.sums_on += origin.tokens;
+      } else {
+        out.returns_home.push_back({ring[(self + distance) % ring_size], origin.tokens});
+      }
+    }
+    between_last = std::max(between_last, origin.last);
+  }
+  for (int distance = ring_size - 1; distance >= 1; --distance) {
+    const int returner = (self + distance) % ring_size;
+    if (spans[returner].last < mine.first) continue;
+    out.kv_out += mine.tokens;
+    out.own_return = mine.tokens;
+    out.own_returner = ring[returner];
+    break;
+  }
+  between_last = -1;  // now: the groups strictly between o and this one
+  for (int distance = 1; distance < ring_size; ++distance) {
+    const GroupSpan& origin = spans[(self - distance + ring_size) % ring_size];
+    if (mine.last >= origin.first && between_last >= origin.first) out.sums_in += origin.tokens;
+    between_last = std::max(between_last, origin.last);
+  }
+}
+
+std::vector<CostModel::RingRankBytes> CostModel::RingBytesPerRank(const Plan& plan,
+                                                                  bool backward) const {
+  std::vector<RingRankBytes> out(cluster_.num_ranks());
+  const double per_token = KvBytesPerTokenPerKvHead();
+  ChainTraffic traffic;
+  std::vector<int> primary;
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    const PlanGroup& group = plan.groups[g];
+    GroupChainTraffic(plan, static_cast<int>(g), traffic);
+    PrimaryMembers(group, model_.heads, model_.kv_heads, primary);
+    int64_t home = 0;
+    for (const auto& [owner, tokens] : traffic.returns_home) home += tokens;
+    for (int kv = 0; kv < model_.kv_heads; ++kv) {
+      if (primary[kv] < 0) continue;
+      RingRankBytes& first = out[group.members[primary[kv]].rank];
+      first.kv_received += traffic.kv_in * per_token;
+      first.kv_sent += traffic.kv_out * per_token;
+      if (backward) {
+        first.dkv_sent += (traffic.sums_on + home) * per_token;
+        first.dkv_received += (traffic.sums_in + traffic.own_return) * per_token;
+      }
+      for (size_t member = 0; member < group.members.size(); ++member) {
+        if (static_cast<int>(member) == primary[kv]) continue;
+        const bool holds = std::any_of(
+            group.members[member].heads.begin(), group.members[member].heads.end(),
+            [&](int head) { return KvHeadOf(head, model_.heads, model_.kv_heads) == kv; });
+        if (!holds) continue;
+        RingRankBytes& replica = out[group.members[member].rank];
+        first.kv_sent += traffic.kv_in * per_token;
+        replica.kv_received += traffic.kv_in * per_token;
+        if (backward) {
+          replica.dkv_sent += traffic.kv_in * per_token;
+          first.dkv_received += traffic.kv_in * per_token;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// Ring phase traffic: per member and port, the sub-ring K/V transfers (from the previous and to
+// the next group's primary, and to replicas) and the backward's dK/dV partials and sums, with
+// the layer schedule's byte counts (GroupChainTraffic).
 void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingContext& ring,
                               GroupScratch& scratch, GroupCost& out) const {
   const PlanGroup& group = plan.groups[group_index];
   const size_t m = group.members.size();
   const int num_heads = model_.heads, num_kv = model_.kv_heads;
-  const int64_t seq = workload_.seq_len;
-  const int64_t group_tokens = TotalTokens(group.tokens);
   const std::vector<uint8_t>& needs = scratch.needs;
   const int steps = ring.ring_size;
   // ring_chain: seconds per token of block on each primary's incoming ring link. Blocks are
@@ -295,97 +413,97 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
   kv_ports.assign(m * kPorts, 0);
   return_ports.assign(m * kPorts, 0);
   ring_chain.assign(m, 0);
+  if (steps <= 1) return;
 
-  if (steps > 1) {
-    const PlanGroup& prev = plan.groups[ring.prev];
-    const PlanGroup& next = plan.groups[ring.next];
-    std::vector<int>& mine_member = scratch.mine;
-    std::vector<int>& before_member = scratch.before;
-    std::vector<int>& after_member = scratch.after;
-    PrimaryMembers(group, num_heads, num_kv, mine_member);
-    PrimaryMembers(prev, num_heads, num_kv, before_member);
-    PrimaryMembers(next, num_heads, num_kv, after_member);
-    auto rank_of = [](const PlanGroup& g, int member) {
-      return member < 0 ? -1 : g.members[member].rank;
-    };
-    const double per_kv_in = (seq - group_tokens) * KvBytesPerTokenPerKvHead();
-    const double per_kv_out = (seq - TotalTokens(next.tokens)) * KvBytesPerTokenPerKvHead();
-    // Per step, one message per (sender, receiver) link carries every KV head routed over it, so
-    // a link pays its latency K - 1 times however many KV heads it carries.
-    std::vector<std::pair<int, int>>& links_seen = scratch.links_seen;
-    links_seen.clear();
-    auto link_latency = [&](int a, int b) {
-      for (const auto& link : links_seen)
-        if (link.first == a && link.second == b) return 0.0;
-      links_seen.push_back({a, b});
-      return (steps - 1) * cluster_.Latency(a, b);
-    };
-    for (int g = 0; g < num_kv; ++g) {
-      const int p = mine_member[g];
-      if (p < 0) continue;
-      const int mine = group.members[p].rank;
-      const int before = rank_of(prev, before_member[g]);
-      const int after = rank_of(next, after_member[g]);
-      if (before >= 0 && before != mine) {
-        const double bandwidth = cluster_.Bandwidth(before, mine);
-        ChargePorts(cluster_, kv_ports, -1, p, before, mine,
-                    link_latency(before, mine) + per_kv_in / bandwidth);
-        ring_chain[p] += KvBytesPerTokenPerKvHead() / bandwidth;
-        out.chain_latency = std::max(out.chain_latency, cluster_.Latency(before, mine));
-      }
-      if (after >= 0 && after != mine)
-        ChargePorts(cluster_, kv_ports, p, -1, mine, after,
-                    link_latency(mine, after) + per_kv_out / cluster_.Bandwidth(mine, after));
-      // Replicas: other members needing KV head g get it from the primary over group links.
-      for (size_t i = 0; i < m; ++i) {
-        if (static_cast<int>(i) == p) continue;
-        if (!needs[i * num_kv + g]) continue;
-        const int replica = group.members[i].rank;
-        ChargePorts(cluster_, kv_ports, p, static_cast<int>(i), mine, replica,
-                    link_latency(mine, replica) + per_kv_in / cluster_.Bandwidth(mine, replica));
-      }
+  const PlanGroup& prev = plan.groups[ring.prev];
+  const PlanGroup& next = plan.groups[ring.next];
+  std::vector<int>& mine_member = scratch.mine;
+  std::vector<int>& before_member = scratch.before;
+  std::vector<int>& after_member = scratch.after;
+  PrimaryMembers(group, num_heads, num_kv, mine_member);
+  PrimaryMembers(prev, num_heads, num_kv, before_member);
+  PrimaryMembers(next, num_heads, num_kv, after_member);
+  auto rank_of = [](const PlanGroup& g, int member) {
+    return member < 0 ? -1 : g.members[member].rank;
+  };
+  ChainTraffic& traffic = scratch.traffic;
+  GroupChainTraffic(plan, group_index, traffic);
+  const double per_token = KvBytesPerTokenPerKvHead();
+  // Per step, one message per (sender, receiver) link carries every KV head routed over it, so
+  // a link pays its latency K - 1 times however many KV heads it carries.
+  std::vector<std::pair<int, int>>& links_seen = scratch.links_seen;
+  links_seen.clear();
+  auto link_latency = [&](int a, int b) {
+    for (const auto& link : links_seen)
+      if (link.first == a && link.second == b) return 0.0;
+    links_seen.push_back({a, b});
+    return (steps - 1) * cluster_.Latency(a, b);
+  };
+  for (int g = 0; g < num_kv; ++g) {
+    const int p = mine_member[g];
+    if (p < 0) continue;
+    const int mine = group.members[p].rank;
+    const int before = rank_of(prev, before_member[g]);
+    const int after = rank_of(next, after_member[g]);
+    if (before >= 0 && before != mine && traffic.kv_in > 0) {
+      const double bandwidth = cluster_.Bandwidth(before, mine);
+      ChargePorts(cluster_, kv_ports, -1, p, before, mine,
+                  link_latency(before, mine) + traffic.kv_in * per_token / bandwidth);
+      ring_chain[p] += per_token / bandwidth;
+      out.chain_latency = std::max(out.chain_latency, cluster_.Latency(before, mine));
     }
-    DkvReturnTimes(plan, group_index, scratch);
+    if (after >= 0 && after != mine && traffic.kv_out > 0)
+      ChargePorts(
+          cluster_, kv_ports, p, -1, mine, after,
+          link_latency(mine, after) + traffic.kv_out * per_token / cluster_.Bandwidth(mine, after));
+    // Replicas: other members needing KV head g get it from the primary over group links.
+    for (size_t i = 0; i < m; ++i) {
+      if (static_cast<int>(i) == p) continue;
+      if (!needs[i * num_kv + g] || traffic.kv_in == 0) continue;
+      const int replica = group.members[i].rank;
+      ChargePorts(cluster_, kv_ports, p, static_cast<int>(i), mine, replica,
+                  link_latency(mine, replica) +
+                      traffic.kv_in * per_token / cluster_.Bandwidth(mine, replica));
+    }
+    DkvSumTimes(plan, group_index, g, before, after, scratch);
   }
 }
 
-void CostModel::DkvReturnTimes(const Plan& plan, int group_index, GroupScratch& scratch) const {
+// Backward, KV head g: replicas' partials to the primary; sums fed in from the previous group and
+// passed on to the next along the chains; the totals this group returns to the owners of chains
+// it ends; its own block's total from the last group of its chain.
+void CostModel::DkvSumTimes(const Plan& plan, int group_index, int g, int before, int after,
+                            GroupScratch& scratch) const {
   const PlanGroup& group = plan.groups[group_index];
-  const size_t m = group.members.size();
   const int num_kv = model_.kv_heads;
-  const int64_t group_tokens = TotalTokens(group.tokens);
-  const std::vector<int>& mine_member = scratch.mine;
-  std::vector<double>& return_ports = scratch.return_ports;
-  // dK/dV returns (backward): each primary returns every visiting block's dK/dV straight to
-  // its owner and receives its own block's from every group the block visits; one message per
-  // (primary, other group), over the link to that group's first member with heads.
-  std::vector<int>& primary_heads = scratch.primary_heads;
-  primary_heads.assign(m, 0);
-  for (int g = 0; g < num_kv; ++g)
-    if (mine_member[g] >= 0) ++primary_heads[mine_member[g]];
-  for (size_t other = 0; other < plan.groups.size(); ++other) {
-    const PlanGroup& peer_group = plan.groups[other];
-    const int64_t peer_tokens = TotalTokens(peer_group.tokens);
-    if (static_cast<int>(other) == group_index || peer_tokens == 0) continue;
-    int peer = -1;
-    for (const PlanMember& member : peer_group.members)
-      if (!member.heads.empty() && peer < 0) peer = member.rank;
-    if (peer < 0) continue;
-    const bool visited_by_theirs = CausalPairs(group.tokens, peer_group.tokens) > 0;
-    const bool ours_visits = CausalPairs(peer_group.tokens, group.tokens) > 0;
-    for (size_t p = 0; p < m; ++p) {
-      if (primary_heads[p] == 0) continue;
-      const int mine = group.members[p].rank;
-      const double per_token =
-          primary_heads[p] * KvBytesPerTokenPerKvHead() / cluster_.Bandwidth(mine, peer);
-      const double latency = cluster_.Latency(mine, peer);
-      const int member = static_cast<int>(p);
-      if (visited_by_theirs)
-        ChargePorts(cluster_, return_ports, member, -1, mine, peer,
-                    latency + peer_tokens * per_token);
-      if (ours_visits)
-        ChargePorts(cluster_, return_ports, -1, member, peer, mine,
-                    latency + group_tokens * per_token);
+  const ChainTraffic& traffic = scratch.traffic;
+  std::vector<double>& ports = scratch.return_ports;
+  const int p = scratch.mine[g];
+  const int mine = group.members[p].rank;
+  const double per_token = KvBytesPerTokenPerKvHead();
+  auto charge = [&](int sender, int receiver, int from, int to, int64_t tokens, double latency) {
+    if (tokens <= 0 || from == to) return;
+    ChargePorts(cluster_, ports, sender, receiver, from, to,
+                latency + tokens * per_token / cluster_.Bandwidth(from, to));
+  };
+  for (size_t i = 0; i < group.members.size(); ++i)
+    if (static_cast<int>(i) != p && scratch.needs[i * num_kv + g])
+      charge(static_cast<int>(i), p, group.members[i].rank, mine, traffic.kv_in,
+             cluster_.Latency(group.members[i].rank, mine));
+  if (before >= 0) charge(-1, p, before, mine, traffic.sums_in, cluster_.Latency(before, mine));
+  if (after >= 0) charge(p, -1, mine, after, traffic.sums_on, cluster_.Latency(mine, after));
+  std::vector<int>& owner_primary = scratch.owner_primary;
+  for (const auto& [owner, tokens] : traffic.returns_home) {
+    PrimaryMembers(plan.groups[owner], model_.heads, num_kv, owner_primary);
+    if (owner_primary[g] < 0) continue;
+    const int to = plan.groups[owner].members[owner_primary[g]].rank;
+    charge(p, -1, mine, to, tokens, cluster_.Latency(mine, to));
+  }
+  if (traffic.own_returner >= 0) {
+    PrimaryMembers(plan.groups[traffic.own_returner], model_.heads, num_kv, owner_primary);
+    if (owner_primary[g] >= 0) {
+      const int from = plan.groups[traffic.own_returner].members[owner_primary[g]].rank;
+      charge(-1, p, from, mine, traffic.own_return, cluster_.Latency(from, mine));
     }
   }
 }

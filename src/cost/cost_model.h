@@ -144,6 +144,31 @@ class CostModel {
   // Indexed [i][j] by member position; the diagonal stays local (0).
   std::vector<std::vector<double>> AllToAllBytes(const PlanGroup& group, bool inbound) const;
 
+  // The layer schedule's sub-ring traffic of one group, in tokens of blocks (a closed form over
+  // the groups' first and last token positions, O(ring groups + ranges); the schedule's chains
+  // skip every group with no causal pair, and dK/dV sums travel along the chain, DkvRoute
+  // kAlongChain). A block of t tokens is t x 2 x head_dim x bytes per KV head it carries.
+  struct ChainTraffic {
+    int64_t kv_in = 0;       // blocks that visit the group (K/V received; sums sent on or home)
+    int64_t kv_out = 0;      // blocks it passes to the next group (its own included)
+    int64_t sums_in = 0;     // dK/dV sums fed to it by the previous group of a chain
+    int64_t sums_on = 0;     // dK/dV sums it passes to the next group of a chain
+    int64_t own_return = 0;  // its own block's total, from the last group of its chain (0: none)
+    int own_returner = -1;   // plan group index of that last group
+    std::vector<std::pair<int, int64_t>> returns_home;  // (owner plan group, tokens) it returns
+  };
+  // REQUIRES: group_index < plan.groups.size(). An idle group has no traffic.
+  ChainTraffic GroupChainTraffic(const Plan& plan, int group_index) const;
+  void GroupChainTraffic(const Plan& plan, int group_index, ChainTraffic& out) const;
+
+  // Per-rank bytes of one direction's sub-ring phase as the model charges them, by world rank:
+  // K/V blocks and replica copies, and (backward) dK/dV partials and sums. Tested against
+  // BytesPerRank of the layer schedule.
+  struct RingRankBytes {
+    double kv_sent = 0, kv_received = 0, dkv_sent = 0, dkv_received = 0;
+  };
+  std::vector<RingRankBytes> RingBytesPerRank(const Plan& plan, bool backward) const;
+
   // Seconds to move `bytes` from rank a to rank b (alpha-beta).
   double TransferSeconds(int a, int b, double bytes) const;
 
@@ -171,7 +196,8 @@ class CostModel {
   void LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupCost& out) const;
   void RingPortTimes(const Plan& plan, int group_index, const RingContext& ring,
                      GroupScratch& scratch, GroupCost& out) const;
-  void DkvReturnTimes(const Plan& plan, int group_index, GroupScratch& scratch) const;
+  void DkvSumTimes(const Plan& plan, int group_index, int kv_head, int before, int after,
+                   GroupScratch& scratch) const;
   void MemberFigures(const PlanGroup& group, const RingContext& ring, GroupScratch& scratch,
                      GroupCost& out) const;
   void ActivationMemory(int64_t tokens, int query_heads, int kv_heads, int64_t group_tokens,

@@ -142,3 +142,68 @@ TEST(ScheduleAgreement, CostModelAllToAllBytesAreTheSchedules) {
 
 }  // namespace
 }  // namespace hexiseq::sim
+
+#include "sched/baselines.h"
+
+namespace hexiseq::sim {
+namespace {
+
+// The cost model's closed-form sub-ring bytes per rank (CostModel::RingBytesPerRank, from
+// GroupChainTraffic, what its ring term charges) equal the schedule's per-rank K/V and dK/dV
+// bytes, forward and backward: random uneven plans (contiguous groups, replicas, MHA rings with
+// several primaries per group) and the zigzag baselines (ring, usp, hetero-ring).
+void ExpectRingBytesMatch(const Plan& plan, const CostModel& cost, const std::string& where) {
+  ScheduleSizes sizes;
+  sizes.head_dim = cost.model().head_dim;
+  sizes.element_bytes = cost.workload().bytes_per_element;
+  sizes.lse_bytes = kFp32Bytes;
+  auto schedule = BuildLayerSchedule(plan, sizes);
+  ASSERT_TRUE(schedule.has_value()) << where;
+  for (Direction direction : {Direction::kForward, Direction::kBackward}) {
+    const bool backward = direction == Direction::kBackward;
+    const PhaseBytes scheduled = BytesPerRank(*schedule, direction);
+    const std::vector<CostModel::RingRankBytes> modelled = cost.RingBytesPerRank(plan, backward);
+    for (int rank = 0; rank < plan.num_ranks; ++rank) {
+      const std::string at =
+          where + (backward ? " backward" : " forward") + " rank " + std::to_string(rank);
+      EXPECT_EQ(static_cast<int64_t>(modelled[rank].kv_sent), scheduled.kv_ring[rank].sent) << at;
+      EXPECT_EQ(static_cast<int64_t>(modelled[rank].kv_received), scheduled.kv_ring[rank].received)
+          << at;
+      EXPECT_EQ(static_cast<int64_t>(modelled[rank].dkv_sent), scheduled.dkv_return[rank].sent)
+          << at;
+      EXPECT_EQ(static_cast<int64_t>(modelled[rank].dkv_received),
+                scheduled.dkv_return[rank].received)
+          << at;
+    }
+  }
+}
+
+TEST(ScheduleAgreement, CostModelRingBytesPerRankAreTheSchedules) {
+  const std::vector<std::pair<Cluster, const char*>> cases = {
+      {simtest::EightGpuNodes({"H100-SXM", "A100-SXM-80G"}, {1, 1}, 25e9), "gpt-7b"},
+      {simtest::EightGpuNodes({"H100-SXM", "L40S"}, {1, 1}, 25e9), "llama3-8b"},
+      {simtest::OneGpuPerNode({"H100-SXM", "A100-SXM-80G", "L40S"}, 12.5e9), "gpt-3b"},
+  };
+  std::mt19937_64 rng(23);
+  int with_returns = 0;
+  for (const auto& [cluster, model] : cases) {
+    Workload workload;
+    workload.seq_len = 32771;
+    const CostModel cost(cluster, *LoadModel(model), workload);
+    for (int trial = 0; trial < 10; ++trial) {
+      const Plan plan = simtest::RandomPlan(cost, rng, simtest::GroupShape::kAny, 0.4, trial % 2);
+      ExpectRingBytesMatch(plan, cost, std::string(model) + " trial " + std::to_string(trial));
+      for (const CostModel::RingRankBytes& bytes : cost.RingBytesPerRank(plan, true))
+        with_returns += bytes.dkv_received > 0 ? 1 : 0;
+    }
+    for (const StrategyResult& baseline :
+         {RingBaseline(cost), UspBaseline(cost), HeteroRingBaseline(cost)})
+      if (baseline.applicable && !baseline.plan.groups.empty())
+        ExpectRingBytesMatch(baseline.plan, cost, std::string(model) + " " + baseline.strategy);
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(with_returns, 30);  // the sample exercises chains, not only single-group plans
+}
+
+}  // namespace
+}  // namespace hexiseq::sim

@@ -59,7 +59,7 @@ namespace {
 // compute streams pick their next operation. This makes a timestamp's outcome independent of
 // the order in which its completions are processed.
 enum EventClass : uint8_t { kClassDone = 0, kClassRebalance = 1, kClassDispatch = 2 };
-enum EventType : uint8_t { kComputeDone, kFlowDone, kDelivered, kRebalance, kDispatch };
+enum EventType : uint8_t { kComputeDone, kFlowDone, kDelivered, kReleased, kRebalance, kDispatch };
 
 struct Event {
   int64_t time;
@@ -120,9 +120,15 @@ struct ReadyCompute {
 class Execution {
  public:
   Execution(const Cluster& cluster, const EngineOptions& options, const std::vector<Op>& ops,
-            const std::vector<std::pair<int, int>>& edges)
+            const std::vector<std::pair<int, int>>& edges,
+            const std::vector<std::pair<int, int64_t>>& releases)
       : cluster_(cluster), options_(options), ops_(ops) {
     BuildSuccessors(edges);
+    // A release is one more dependency, met by a timer event.
+    for (const auto& [op, ns] : releases) {
+      ++pending_[op];
+      Push(ns, kClassDone, kReleased, op, 0);
+    }
     BuildResources();
     const int num_ranks = cluster_.num_ranks();
     result_.ranks.resize(num_ranks);
@@ -491,6 +497,10 @@ EngineResult Execution::Run() {
       case kDelivered:
         EndMessage(event.id, now);
         break;
+      case kReleased:
+        if (--pending_[event.id] == 0) MakeReady(event.id, now);
+        Drain(now);
+        break;
       case kRebalance:
         rebalance_pending_ = false;
         Rebalance(now);
@@ -522,8 +532,18 @@ void Engine::Depend(int before, int after) {
   edges_.push_back({before, after});
 }
 
+void Engine::Reserve(int64_t more_ops, int64_t more_edges) {
+  ops_.reserve(ops_.size() + static_cast<size_t>(std::max<int64_t>(0, more_ops)));
+  edges_.reserve(edges_.size() + static_cast<size_t>(std::max<int64_t>(0, more_edges)));
+}
+
+void Engine::ReleaseAt(int op, int64_t ns) {
+  HEXISEQ_CHECK(op >= 0 && ns >= 0, "bad release");
+  releases_.push_back({op, ns});
+}
+
 EngineResult Engine::Run() const {
-  Execution execution(cluster_, options_, ops_, edges_);
+  Execution execution(cluster_, options_, ops_, edges_, releases_);
   return execution.Run();
 }
 

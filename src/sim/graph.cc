@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <tuple>
 
 #include "plan/layer_schedule.h"
@@ -32,12 +33,27 @@ void SortByOrigin(std::vector<OriginOps>& per_rank) {
 // backward, parameterised by the schedule's direction.
 class Builder {
  public:
-  Builder(const Plan& plan, const CostModel& cost, const GraphOptions& options, Engine& engine)
-      : plan_(plan), cost_(cost), options_(options), engine_(engine) {}
+  Builder(const Plan& plan, const CostModel& cost, const GraphOptions& options)
+      : plan_(plan), cost_(cost), options_(options) {
+    Setup();
+  }
 
-  LayerGraph Build();
+  // The passes of the explicit layers in training order: F1..Fk, then per layer from the last
+  // (R) B.
+  int num_passes() const { return static_cast<int>(passes_.size()); }
+  // Adds pass `index` to `engine`. With `start_ns`, each active rank's first op waits until
+  // start_ns[rank] (the pass runs in an engine of its own); else it follows the rank's last op of
+  // the previous pass added to the same engine.
+  PassMarks AddPass(int index, Engine& engine, const std::vector<int64_t>* start_ns);
+  LayerGraph Summary() const;
 
  private:
+  struct PassSpec {
+    Direction direction;
+    sim::Pass pass;
+    int layer;
+  };
+  void Setup();
   // Per rank during one pass: the op each phase ends with (-1: none).
   struct PassOps {
     std::vector<int> before;           // GEMMs before the inbound all-to-all
@@ -52,10 +68,11 @@ class Builder {
   int Message(OpLabel label, int from, int to, double bytes, int arg = -1);
   int Marker(int rank);
   void Dep(int before, int after) {
-    if (before >= 0) engine_.Depend(before, after);
+    if (before >= 0) engine_->Depend(before, after);
   }
 
   void BuildPass(Direction direction, PassMarks& marks);
+  void ReserveForPass(Direction direction);
   void GemmsBefore(Direction direction, PassOps& ops);
   void AllToAll(Direction direction, bool inbound, PassOps& ops);
   void KvMessages(Direction direction, PassOps& ops);
@@ -92,7 +109,8 @@ class Builder {
   const Plan& plan_;
   const CostModel& cost_;
   const GraphOptions& options_;
-  Engine& engine_;
+  Engine* engine_ = nullptr;
+  std::vector<PassSpec> passes_;
   double qkv_params_ = 0, post_params_ = 0, mlp_params_ = 0;
 
   LayerSchedule schedule_;
@@ -116,7 +134,7 @@ int Builder::Compute(OpLabel label, int rank, double seconds, uint64_t priority,
   op.duration_ns = Ns(seconds);
   op.priority = priority;
   op.kind = op.duration_ns > 0 ? OpKind::kCompute : OpKind::kMarker;
-  return engine_.Add(op);
+  return engine_->Add(op);
 }
 
 int Builder::Message(OpLabel label, int from, int to, double bytes, int arg) {
@@ -129,7 +147,7 @@ int Builder::Message(OpLabel label, int from, int to, double bytes, int arg) {
   op.peer = to;
   op.bytes = bytes;
   op.arg = arg;
-  return engine_.Add(op);
+  return engine_->Add(op);
 }
 
 int Builder::Marker(int rank) {
@@ -137,7 +155,7 @@ int Builder::Marker(int rank) {
   op.pass = pass_;
   op.layer = layer_;
   op.rank = rank;
-  return engine_.Add(op);
+  return engine_->Add(op);
 }
 
 int Builder::FindOp(const OriginOps& ops, int origin) {
@@ -245,7 +263,7 @@ void Builder::SendInOrderPerLink(std::vector<LinkSend>& sends) {
     const LinkSend& previous = sends[index - 1];
     const LinkSend& current = sends[index];
     if (previous.from == current.from && previous.to == current.to)
-      engine_.Depend(previous.op, current.op);
+      engine_->Depend(previous.op, current.op);
   }
 }
 
@@ -339,7 +357,33 @@ void Builder::GemmsAfter(Direction direction, PassOps& ops) {
   }
 }
 
+// An upper estimate of the ops and dependencies one pass adds (so the engine's arrays grow once):
+// per all-to-all piece one message and two edges; per ring message up to six edges (K/V: its
+// predecessor, the link order, the sender's ring end; sums: the computed block, partials, the
+// feeder, both ring ends, the link order); per attention op its arrivals and two joins; a few
+// GEMMs and markers per rank.
+void Builder::ReserveForPass(Direction direction) {
+  constexpr int64_t kOpsPerRank = 8, kEdgesPerRank = 12;
+  constexpr int64_t kEdgesPerRingMessage = 6, kEdgesPerAttention = 4;
+  int64_t pieces = 0, ring_messages = 0, attention = 0;
+  for (bool inbound : {true, false})
+    ForEachAllToAllPiece(schedule_, direction, inbound, [&](int, int, int64_t) { ++pieces; });
+  for (const KvSegment& segment : schedule_.segments)
+    for (const BlockChain& chain : schedule_.chains)
+      for (const ChainHop& hop : chain.hops)
+        ring_messages += static_cast<int64_t>(segment.holders[hop.ring_pos].size()) *
+                         (direction == Direction::kBackward ? 2 : 1);
+  for (int ring_pos = 0; ring_pos < schedule_.num_ring_groups(); ++ring_pos)
+    attention += static_cast<int64_t>(schedule_.RingGroup(ring_pos).ranks.size()) *
+                 (1 + static_cast<int64_t>(visiting_[ring_pos].size()));
+  const int64_t ranks = static_cast<int64_t>(ActiveRanks().size());
+  engine_->Reserve(pieces + ring_messages + attention + kOpsPerRank * ranks,
+                   2 * pieces + kEdgesPerRingMessage * ring_messages +
+                       kEdgesPerAttention * attention + kEdgesPerRank * ranks);
+}
+
 void Builder::BuildPass(Direction direction, PassMarks& marks) {
+  ReserveForPass(direction);
   PassOps ops;
   for (std::vector<int>* per_rank : {&ops.before, &ops.local_in, &ops.ring_done, &ops.local_out})
     per_rank->assign(num_ranks_, -1);
@@ -364,7 +408,7 @@ void Builder::BuildPass(Direction direction, PassMarks& marks) {
   for (int rank : ActiveRanks()) marks.end[rank] = prev_end_[rank];
 }
 
-LayerGraph Builder::Build() {
+void Builder::Setup() {
   const ModelSpec& model = cost_.model();
   ScheduleSizes sizes;
   sizes.head_dim = model.head_dim;
@@ -382,33 +426,39 @@ LayerGraph Builder::Build() {
     active_ranks_.insert(active_ranks_.end(), group.ranks.begin(), group.ranks.end());
     visiting_.push_back(schedule_.VisitingOrigins(ring_pos));
   }
-
-  LayerGraph graph;
-  graph.num_segments = static_cast<int>(schedule_.segments.size());
   prev_end_.assign(num_ranks_, -1);
   const int layers = std::max(1, options_.explicit_layers);
   const bool full = cost_.workload().recompute == Recompute::kFull;
-  for (int layer = 0; layer < layers; ++layer) {
-    pass_ = sim::Pass::kForward;
-    layer_ = layer;
-    graph.passes.emplace_back();
-    BuildPass(Direction::kForward, graph.passes.back());
-    ++pass_index_;
-  }
+  for (int layer = 0; layer < layers; ++layer)
+    passes_.push_back({Direction::kForward, sim::Pass::kForward, layer});
   for (int layer = layers - 1; layer >= 0; --layer) {
-    layer_ = layer;
-    if (full) {
-      pass_ = sim::Pass::kRecompute;
-      graph.passes.emplace_back();
-      BuildPass(Direction::kForward, graph.passes.back());
-      ++pass_index_;
-    }
-    pass_ = sim::Pass::kBackward;
-    graph.passes.emplace_back();
-    BuildPass(Direction::kBackward, graph.passes.back());
-    ++pass_index_;
+    if (full) passes_.push_back({Direction::kForward, sim::Pass::kRecompute, layer});
+    passes_.push_back({Direction::kBackward, sim::Pass::kBackward, layer});
   }
+}
+
+PassMarks Builder::AddPass(int index, Engine& engine, const std::vector<int64_t>* start_ns) {
+  engine_ = &engine;
+  const PassSpec& spec = passes_[index];
+  pass_ = spec.pass;
+  layer_ = spec.layer;
+  pass_index_ = index;
+  if (start_ns != nullptr) {
+    for (int rank : ActiveRanks()) {
+      prev_end_[rank] = Marker(rank);
+      engine.ReleaseAt(prev_end_[rank], (*start_ns)[rank]);
+    }
+  }
+  PassMarks marks;
+  BuildPass(spec.direction, marks);
+  return marks;
+}
+
+LayerGraph Builder::Summary() const {
+  LayerGraph graph;
+  graph.num_segments = static_cast<int>(schedule_.segments.size());
   graph.head_seconds.assign(num_ranks_, 0);
+  const ModelSpec& model = cost_.model();
   const double head_params = static_cast<double>(model.vocab) * model.hidden;
   for (int rank : ActiveRanks())
     graph.head_seconds[rank] =
@@ -418,10 +468,31 @@ LayerGraph Builder::Build() {
 
 }  // namespace
 
+struct LayerGraphBuilder::Impl {
+  Impl(const Plan& plan, const CostModel& cost, const GraphOptions& options)
+      : options(options), builder(plan, cost, this->options) {}
+  GraphOptions options;
+  Builder builder;
+};
+
+LayerGraphBuilder::LayerGraphBuilder(const Plan& plan, const CostModel& cost,
+                                     const GraphOptions& options)
+    : impl_(std::make_unique<Impl>(plan, cost, options)) {}
+LayerGraphBuilder::~LayerGraphBuilder() = default;
+int LayerGraphBuilder::num_passes() const { return impl_->builder.num_passes(); }
+PassMarks LayerGraphBuilder::AddPass(int index, Engine& engine,
+                                     const std::vector<int64_t>& start_ns) {
+  return impl_->builder.AddPass(index, engine, &start_ns);
+}
+LayerGraph LayerGraphBuilder::Summary() const { return impl_->builder.Summary(); }
+
 LayerGraph BuildLayerGraph(const Plan& plan, const CostModel& cost, const GraphOptions& options,
                            Engine& engine) {
-  Builder builder(plan, cost, options, engine);
-  return builder.Build();
+  Builder builder(plan, cost, options);
+  LayerGraph graph = builder.Summary();
+  for (int index = 0; index < builder.num_passes(); ++index)
+    graph.passes.push_back(builder.AddPass(index, engine, nullptr));
+  return graph;
 }
 
 namespace {

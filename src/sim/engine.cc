@@ -59,7 +59,7 @@ namespace {
 // compute streams pick their next operation. This makes a timestamp's outcome independent of
 // the order in which its completions are processed.
 enum EventClass : uint8_t { kClassDone = 0, kClassRebalance = 1, kClassDispatch = 2 };
-enum EventType : uint8_t { kComputeDone, kFlowDone, kDelivered, kReleased, kRebalance, kDispatch };
+enum EventType : uint8_t { kComputeDone, kFlowDone, kDelivered, kReleased, kDispatch };
 
 struct Event {
   int64_t time;
@@ -283,10 +283,7 @@ void Execution::MarkResourceDirty(int res, int64_t now) {
     flow.dirty = true;
     dirty_.push_back(slot);
   }
-  if (!rebalance_pending_) {
-    rebalance_pending_ = true;
-    Push(now, kClassRebalance, kRebalance, -1, 0);
-  }
+  rebalance_pending_ = true;  // runs once this instant's completions are done (Run)
 }
 
 void Execution::StartFlow(int op_id, int64_t now) {
@@ -474,7 +471,15 @@ EngineResult Execution::Run() {
     if (pending_[op] == 0) MakeReady(op, 0);
   Drain(0);
   int64_t now = 0;
-  while (!events_.empty()) {
+  while (!events_.empty() || rebalance_pending_) {
+    // The rebalance of an instant runs after its completions and before its dispatches (the
+    // order kClassRebalance stands for), without an event of its own.
+    if (rebalance_pending_ &&
+        (events_.empty() || events_.top().time > now || events_.top().cls > kClassRebalance)) {
+      rebalance_pending_ = false;
+      Rebalance(now);
+      continue;
+    }
     const Event event = events_.top();
     events_.pop();
     now = event.time;
@@ -500,10 +505,6 @@ EngineResult Execution::Run() {
       case kReleased:
         if (--pending_[event.id] == 0) MakeReady(event.id, now);
         Drain(now);
-        break;
-      case kRebalance:
-        rebalance_pending_ = false;
-        Rebalance(now);
         break;
       case kDispatch:
         Dispatch(event.id, now);

@@ -357,29 +357,38 @@ void Builder::GemmsAfter(Direction direction, PassOps& ops) {
   }
 }
 
-// An upper estimate of the ops and dependencies one pass adds (so the engine's arrays grow once):
-// per all-to-all piece one message and two edges; per ring message up to six edges (K/V: its
-// predecessor, the link order, the sender's ring end; sums: the computed block, partials, the
-// feeder, both ring ends, the link order); per attention op its arrivals and two joins; a few
-// GEMMs and markers per rank.
+// An estimate of the ops and dependencies one pass adds, so that the engine's arrays grow once:
+// per all-to-all piece one message and two edges; per K/V block or copy three edges (its
+// predecessor, the link order, the sender's ring end); per dK/dV partial four (its block, the
+// ring end, the link order, the sum waiting for it); per sum five (its block, the feeder, both
+// ring ends, the link order); per attention op its arrivals and two joins; a few GEMMs and
+// markers per rank.
 void Builder::ReserveForPass(Direction direction) {
-  constexpr int64_t kOpsPerRank = 8, kEdgesPerRank = 12;
-  constexpr int64_t kEdgesPerRingMessage = 6, kEdgesPerAttention = 4;
-  int64_t pieces = 0, ring_messages = 0, attention = 0;
+  constexpr int64_t kOpsPerRank = 8, kEdgesPerRank = 12, kEdgesPerKv = 3, kEdgesPerPartial = 4,
+                    kEdgesPerSum = 5, kEdgesPerAttention = 3;
+  const bool backward = direction == Direction::kBackward;
+  int64_t ops = 0, edges = 0;
   for (bool inbound : {true, false})
-    ForEachAllToAllPiece(schedule_, direction, inbound, [&](int, int, int64_t) { ++pieces; });
+    ForEachAllToAllPiece(schedule_, direction, inbound, [&](int, int, int64_t) {
+      ops += 1;
+      edges += 2;
+    });
   for (const KvSegment& segment : schedule_.segments)
     for (const BlockChain& chain : schedule_.chains)
-      for (const ChainHop& hop : chain.hops)
-        ring_messages += static_cast<int64_t>(segment.holders[hop.ring_pos].size()) *
-                         (direction == Direction::kBackward ? 2 : 1);
-  for (int ring_pos = 0; ring_pos < schedule_.num_ring_groups(); ++ring_pos)
-    attention += static_cast<int64_t>(schedule_.RingGroup(ring_pos).ranks.size()) *
-                 (1 + static_cast<int64_t>(visiting_[ring_pos].size()));
+      for (const ChainHop& hop : chain.hops) {
+        const int64_t holders = static_cast<int64_t>(segment.holders[hop.ring_pos].size());
+        ops += backward ? 2 * holders : holders;
+        edges += kEdgesPerKv * holders +
+                 (backward ? kEdgesPerPartial * (holders - 1) + kEdgesPerSum : 0);
+      }
+  for (int ring_pos = 0; ring_pos < schedule_.num_ring_groups(); ++ring_pos) {
+    const int64_t attention = static_cast<int64_t>(schedule_.RingGroup(ring_pos).ranks.size()) *
+                              (1 + static_cast<int64_t>(visiting_[ring_pos].size()));
+    ops += attention;
+    edges += kEdgesPerAttention * attention;
+  }
   const int64_t ranks = static_cast<int64_t>(ActiveRanks().size());
-  engine_->Reserve(pieces + ring_messages + attention + kOpsPerRank * ranks,
-                   2 * pieces + kEdgesPerRingMessage * ring_messages +
-                       kEdgesPerAttention * attention + kEdgesPerRank * ranks);
+  engine_->Reserve(ops + kOpsPerRank * ranks, edges + kEdgesPerRank * ranks);
 }
 
 void Builder::BuildPass(Direction direction, PassMarks& marks) {

@@ -54,9 +54,10 @@ struct CostModel::GroupScratch {
   std::vector<double> s_d, h_d, kv_d, lin, a2a, ring_chain;
   std::vector<double> kv_ports, return_ports;  // [member * kPorts + port] seconds
   std::vector<uint8_t> needs;  // [member * num_kv + kv head]: the member holds a query head of it
-  std::vector<int> mine, before, after, owner_primary;
+  std::vector<int> mine;
   std::vector<std::pair<int, int>> links_seen;  // ring links already charged their latency
   ChainTraffic traffic;
+  std::vector<std::pair<int, std::vector<int>>> peer_primaries;  // (plan group, rank per KV head)
 };
 
 CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Workload& workload,
@@ -234,9 +235,12 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
     return inbound ? s_d[i] * (h_d[j] + 2 * kv_d[j]) * dh * bytes : s_d[j] * h_d[i] * dh * bytes;
   };
   // Both all-to-alls of member r in one pass over its peers: each pair's latency and bandwidth
-  // are looked up once. Same arithmetic as TransferSeconds (latency + bytes / bandwidth).
+  // are looked up once. The pieces to (from) different peers are in flight at once, so a port's
+  // time is its bytes over the links' bandwidths plus one latency (the largest), not one per
+  // piece.
   auto a2a_times = [&](size_t r, double* in_time, double* out_time) {
     double acc[2][4] = {};  // [inbound, outbound][send intra, send inter, recv intra, recv inter]
+    double latency_of[2][4] = {};
     const int a = group.members[r].rank;
     for (size_t j = 0; j < m; ++j) {
       if (j == r) continue;
@@ -246,10 +250,15 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
       for (int dir = 0; dir < 2; ++dir) {
         const bool inbound = dir == 0;
         const double send = bytes_of(inbound, r, j), recv = bytes_of(inbound, j, r);
-        if (send > 0) acc[dir][intra ? 0 : 1] += latency + send / bandwidth;
-        if (recv > 0) acc[dir][intra ? 2 : 3] += latency + recv / bandwidth;
+        for (const auto& [bytes, port] : {std::pair{send, intra ? 0 : 1}, {recv, intra ? 2 : 3}}) {
+          if (bytes <= 0) continue;
+          acc[dir][port] += bytes / bandwidth;
+          latency_of[dir][port] = std::max(latency_of[dir][port], latency);
+        }
       }
     }
+    for (int dir = 0; dir < 2; ++dir)
+      for (int port = 0; port < 4; ++port) acc[dir][port] += latency_of[dir][port];
     *in_time = std::max({acc[0][0], acc[0][1], acc[0][2], acc[0][3]});
     *out_time = std::max({acc[1][0], acc[1][1], acc[1][2], acc[1][3]});
   };
@@ -302,15 +311,41 @@ CostModel::ChainTraffic CostModel::GroupChainTraffic(const Plan& plan, int group
   return out;
 }
 
+namespace {
+
+void AddPeer(std::vector<CostModel::PeerTraffic>& list, int group, int64_t tokens) {
+  for (CostModel::PeerTraffic& peer : list)
+    if (peer.group == group) {
+      peer.tokens += tokens;
+      ++peer.blocks;
+      return;
+    }
+  list.push_back({group, tokens, 1});
+}
+
+// reach[i - 1] = the largest last position among the first i groups going round the ring from a
+// group (forward or backward); non-decreasing, so the first group at or after a key position is a
+// binary search. Returns that i (1-based), or 0 when none among the first `limit`.
+int FirstReaching(const std::vector<int64_t>& reach, int limit, int64_t position) {
+  const auto end = reach.begin() + limit;
+  const auto found = std::lower_bound(reach.begin(), end, position);
+  return found == end ? 0 : static_cast<int>(found - reach.begin()) + 1;
+}
+
+}  // namespace
+
 // A ring group needs origin o's block when its last query is at or after o's first key (the
 // schedule's rule). Going round the ring from the group, the groups strictly between it and o are
-// the ones after it on o's chain; going back, those strictly between o and it are before it.
+// the ones after it on o's chain (the first that needs o is where it sends o's block and sum);
+// going back, those strictly between o and it are before it (the nearest that needs o sent it).
 void CostModel::GroupChainTraffic(const Plan& plan, int group_index, ChainTraffic& out) const {
-  out.kv_in = out.kv_out = out.sums_in = out.sums_on = out.own_return = 0;
+  for (std::vector<PeerTraffic>* list : {&out.kv_from, &out.kv_to, &out.sums_from, &out.sums_to})
+    list->clear();
+  out.own_return = 0;
   out.own_returner = -1;
-  out.returns_home.clear();
   thread_local std::vector<int> ring;
   thread_local std::vector<GroupSpan> spans;
+  thread_local std::vector<int64_t> ahead, behind;
   ring.clear();
   spans.clear();
   int self = -1;
@@ -323,34 +358,46 @@ void CostModel::GroupChainTraffic(const Plan& plan, int group_index, ChainTraffi
   }
   if (self < 0) return;
   const int ring_size = static_cast<int>(ring.size());
+  auto at = [&](int distance) { return ((self + distance) % ring_size + ring_size) % ring_size; };
+  ahead.assign(ring_size - 1, -1);
+  behind.assign(ring_size - 1, -1);
+  for (int distance = 1; distance < ring_size; ++distance) {
+    ahead[distance - 1] =
+        std::max(distance > 1 ? ahead[distance - 2] : -1, spans[at(distance)].last);
+    behind[distance - 1] =
+        std::max(distance > 1 ? behind[distance - 2] : -1, spans[at(-distance)].last);
+  }
   const GroupSpan& mine = spans[self];
-  int64_t between_last = -1;  // last position of the groups strictly between this one and o
   for (int distance = 1; distance < ring_size; ++distance) {
-    const GroupSpan& origin = spans[(self + distance) % ring_size];
-    if (mine.last >= origin.first) {
-      out.kv_in += origin.tokens;
-      if (between_last >= origin.first) {
-        out.kv_out += origin.tokens;
-        out.sums_on += origin.tokens;
-      } else {
-        out.returns_home.push_back({ring[(self + distance) % ring_size], origin.tokens});
-      }
+    // Origin `distance` groups ahead: does it visit, and where does its chain go after this one?
+    const int origin = at(distance);
+    const GroupSpan& keys = spans[origin];
+    if (mine.last < keys.first) continue;
+    const int next = FirstReaching(ahead, distance - 1, keys.first);
+    if (next > 0) {
+      AddPeer(out.kv_to, ring[at(next)], keys.tokens);
+      AddPeer(out.sums_to, ring[at(next)], keys.tokens);
+    } else {
+      AddPeer(out.sums_to, ring[origin], keys.tokens);
     }
-    between_last = std::max(between_last, origin.last);
+    // The same origin seen going back: the nearest group before this one on its chain.
+    const int back = ring_size - distance;
+    const int previous = FirstReaching(behind, back - 1, keys.first);
+    if (previous > 0) {
+      AddPeer(out.kv_from, ring[at(-previous)], keys.tokens);
+      AddPeer(out.sums_from, ring[at(-previous)], keys.tokens);
+    } else {
+      AddPeer(out.kv_from, ring[origin], keys.tokens);
+    }
   }
+  const int first_hop = FirstReaching(ahead, ring_size - 1, mine.first);
+  if (first_hop == 0) return;
+  AddPeer(out.kv_to, ring[at(first_hop)], mine.tokens);
   for (int distance = ring_size - 1; distance >= 1; --distance) {
-    const int returner = (self + distance) % ring_size;
-    if (spans[returner].last < mine.first) continue;
-    out.kv_out += mine.tokens;
+    if (spans[at(distance)].last < mine.first) continue;
     out.own_return = mine.tokens;
-    out.own_returner = ring[returner];
+    out.own_returner = ring[at(distance)];
     break;
-  }
-  between_last = -1;  // now: the groups strictly between o and this one
-  for (int distance = 1; distance < ring_size; ++distance) {
-    const GroupSpan& origin = spans[(self - distance + ring_size) % ring_size];
-    if (mine.last >= origin.first && between_last >= origin.first) out.sums_in += origin.tokens;
-    between_last = std::max(between_last, origin.last);
   }
 }
 
@@ -364,16 +411,16 @@ std::vector<CostModel::RingRankBytes> CostModel::RingBytesPerRank(const Plan& pl
     const PlanGroup& group = plan.groups[g];
     GroupChainTraffic(plan, static_cast<int>(g), traffic);
     PrimaryMembers(group, model_.heads, model_.kv_heads, primary);
-    int64_t home = 0;
-    for (const auto& [owner, tokens] : traffic.returns_home) home += tokens;
+    const int64_t kv_in = traffic.kv_in();
     for (int kv = 0; kv < model_.kv_heads; ++kv) {
       if (primary[kv] < 0) continue;
       RingRankBytes& first = out[group.members[primary[kv]].rank];
-      first.kv_received += traffic.kv_in * per_token;
-      first.kv_sent += traffic.kv_out * per_token;
+      first.kv_received += kv_in * per_token;
+      first.kv_sent += traffic.kv_out() * per_token;
       if (backward) {
-        first.dkv_sent += (traffic.sums_on + home) * per_token;
-        first.dkv_received += (traffic.sums_in + traffic.own_return) * per_token;
+        first.dkv_sent += ChainTraffic::Total(traffic.sums_to) * per_token;
+        first.dkv_received +=
+            (ChainTraffic::Total(traffic.sums_from) + traffic.own_return) * per_token;
       }
       for (size_t member = 0; member < group.members.size(); ++member) {
         if (static_cast<int>(member) == primary[kv]) continue;
@@ -382,11 +429,11 @@ std::vector<CostModel::RingRankBytes> CostModel::RingBytesPerRank(const Plan& pl
             [&](int head) { return KvHeadOf(head, model_.heads, model_.kv_heads) == kv; });
         if (!holds) continue;
         RingRankBytes& replica = out[group.members[member].rank];
-        first.kv_sent += traffic.kv_in * per_token;
-        replica.kv_received += traffic.kv_in * per_token;
+        first.kv_sent += kv_in * per_token;
+        replica.kv_received += kv_in * per_token;
         if (backward) {
-          replica.dkv_sent += traffic.kv_in * per_token;
-          first.dkv_received += traffic.kv_in * per_token;
+          replica.dkv_sent += kv_in * per_token;
+          first.dkv_received += kv_in * per_token;
         }
       }
     }
@@ -394,9 +441,23 @@ std::vector<CostModel::RingRankBytes> CostModel::RingBytesPerRank(const Plan& pl
   return out;
 }
 
-// Ring phase traffic: per member and port, the sub-ring K/V transfers (from the previous and to
-// the next group's primary, and to replicas) and the backward's dK/dV partials and sums, with
-// the layer schedule's byte counts (GroupChainTraffic).
+// The world rank of KV head g's primary in plan group `group_index` (-1: no member needs it),
+// with each group's primaries computed once per scoring.
+int CostModel::PeerPrimary(const Plan& plan, int group_index, int g, GroupScratch& scratch) const {
+  for (const auto& [group, primaries] : scratch.peer_primaries)
+    if (group == group_index) return primaries[g];
+  std::vector<int> members;
+  PrimaryMembers(plan.groups[group_index], model_.heads, model_.kv_heads, members);
+  std::vector<int> ranks(members.size());
+  for (size_t kv = 0; kv < members.size(); ++kv)
+    ranks[kv] = members[kv] < 0 ? -1 : plan.groups[group_index].members[members[kv]].rank;
+  scratch.peer_primaries.push_back({group_index, std::move(ranks)});
+  return scratch.peer_primaries.back().second[g];
+}
+
+// Ring phase traffic: per member and port, the sub-ring K/V transfers (from and to the groups its
+// blocks come from and go to, and to replicas) and the backward's dK/dV partials and sums, with
+// the layer schedule's byte counts and links (GroupChainTraffic).
 void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingContext& ring,
                               GroupScratch& scratch, GroupCost& out) const {
   const PlanGroup& group = plan.groups[group_index];
@@ -415,65 +476,62 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
   ring_chain.assign(m, 0);
   if (steps <= 1) return;
 
-  const PlanGroup& prev = plan.groups[ring.prev];
-  const PlanGroup& next = plan.groups[ring.next];
   std::vector<int>& mine_member = scratch.mine;
-  std::vector<int>& before_member = scratch.before;
-  std::vector<int>& after_member = scratch.after;
   PrimaryMembers(group, num_heads, num_kv, mine_member);
-  PrimaryMembers(prev, num_heads, num_kv, before_member);
-  PrimaryMembers(next, num_heads, num_kv, after_member);
-  auto rank_of = [](const PlanGroup& g, int member) {
-    return member < 0 ? -1 : g.members[member].rank;
-  };
+  scratch.peer_primaries.clear();
   ChainTraffic& traffic = scratch.traffic;
   GroupChainTraffic(plan, group_index, traffic);
+  const int64_t kv_in = traffic.kv_in();
   const double per_token = KvBytesPerTokenPerKvHead();
-  // Per step, one message per (sender, receiver) link carries every KV head routed over it, so
-  // a link pays its latency K - 1 times however many KV heads it carries.
+  // One message per block and link carries every KV head routed over it, so a link pays its
+  // latency once per block however many KV heads it carries.
   std::vector<std::pair<int, int>>& links_seen = scratch.links_seen;
   links_seen.clear();
-  auto link_latency = [&](int a, int b) {
+  auto link_latency = [&](int a, int b, int blocks) {
     for (const auto& link : links_seen)
       if (link.first == a && link.second == b) return 0.0;
     links_seen.push_back({a, b});
-    return (steps - 1) * cluster_.Latency(a, b);
+    return blocks * cluster_.Latency(a, b);
   };
   for (int g = 0; g < num_kv; ++g) {
     const int p = mine_member[g];
     if (p < 0) continue;
     const int mine = group.members[p].rank;
-    const int before = rank_of(prev, before_member[g]);
-    const int after = rank_of(next, after_member[g]);
-    if (before >= 0 && before != mine && traffic.kv_in > 0) {
+    for (const PeerTraffic& peer : traffic.kv_from) {
+      const int before = PeerPrimary(plan, peer.group, g, scratch);
+      if (before < 0 || before == mine) continue;
       const double bandwidth = cluster_.Bandwidth(before, mine);
       ChargePorts(cluster_, kv_ports, -1, p, before, mine,
-                  link_latency(before, mine) + traffic.kv_in * per_token / bandwidth);
-      ring_chain[p] += per_token / bandwidth;
-      out.chain_latency = std::max(out.chain_latency, cluster_.Latency(before, mine));
+                  link_latency(before, mine, peer.blocks) + peer.tokens * per_token / bandwidth);
+      if (peer.group == ring.prev) {
+        ring_chain[p] += per_token / bandwidth;
+        out.chain_latency = std::max(out.chain_latency, cluster_.Latency(before, mine));
+      }
     }
-    if (after >= 0 && after != mine && traffic.kv_out > 0)
-      ChargePorts(
-          cluster_, kv_ports, p, -1, mine, after,
-          link_latency(mine, after) + traffic.kv_out * per_token / cluster_.Bandwidth(mine, after));
+    for (const PeerTraffic& peer : traffic.kv_to) {
+      const int after = PeerPrimary(plan, peer.group, g, scratch);
+      if (after < 0 || after == mine) continue;
+      ChargePorts(cluster_, kv_ports, p, -1, mine, after,
+                  link_latency(mine, after, peer.blocks) +
+                      peer.tokens * per_token / cluster_.Bandwidth(mine, after));
+    }
     // Replicas: other members needing KV head g get it from the primary over group links.
     for (size_t i = 0; i < m; ++i) {
       if (static_cast<int>(i) == p) continue;
-      if (!needs[i * num_kv + g] || traffic.kv_in == 0) continue;
+      if (!needs[i * num_kv + g] || kv_in == 0) continue;
       const int replica = group.members[i].rank;
       ChargePorts(cluster_, kv_ports, p, static_cast<int>(i), mine, replica,
-                  link_latency(mine, replica) +
-                      traffic.kv_in * per_token / cluster_.Bandwidth(mine, replica));
+                  link_latency(mine, replica, steps - 1) +
+                      kv_in * per_token / cluster_.Bandwidth(mine, replica));
     }
-    DkvSumTimes(plan, group_index, g, before, after, scratch);
+    DkvSumTimes(plan, group_index, g, scratch);
   }
 }
 
-// Backward, KV head g: replicas' partials to the primary; sums fed in from the previous group and
-// passed on to the next along the chains; the totals this group returns to the owners of chains
-// it ends; its own block's total from the last group of its chain.
-void CostModel::DkvSumTimes(const Plan& plan, int group_index, int g, int before, int after,
-                            GroupScratch& scratch) const {
+// Backward, KV head g: replicas' partials to the primary; sums fed in by the previous groups and
+// passed on to the next ones (or returned to the owners of the chains it ends); its own block's
+// total from the last group of its chain.
+void CostModel::DkvSumTimes(const Plan& plan, int group_index, int g, GroupScratch& scratch) const {
   const PlanGroup& group = plan.groups[group_index];
   const int num_kv = model_.kv_heads;
   const ChainTraffic& traffic = scratch.traffic;
@@ -481,31 +539,24 @@ void CostModel::DkvSumTimes(const Plan& plan, int group_index, int g, int before
   const int p = scratch.mine[g];
   const int mine = group.members[p].rank;
   const double per_token = KvBytesPerTokenPerKvHead();
-  auto charge = [&](int sender, int receiver, int from, int to, int64_t tokens, double latency) {
-    if (tokens <= 0 || from == to) return;
-    ChargePorts(cluster_, ports, sender, receiver, from, to,
-                latency + tokens * per_token / cluster_.Bandwidth(from, to));
+  auto charge = [&](int sender, int receiver, int from, int to, int64_t tokens, int blocks) {
+    if (tokens <= 0 || from < 0 || to < 0 || from == to) return;
+    ChargePorts(
+        cluster_, ports, sender, receiver, from, to,
+        blocks * cluster_.Latency(from, to) + tokens * per_token / cluster_.Bandwidth(from, to));
   };
+  const int64_t kv_in = traffic.kv_in();
+  int visiting = 0;
+  for (const PeerTraffic& peer : traffic.kv_from) visiting += peer.blocks;
   for (size_t i = 0; i < group.members.size(); ++i)
     if (static_cast<int>(i) != p && scratch.needs[i * num_kv + g])
-      charge(static_cast<int>(i), p, group.members[i].rank, mine, traffic.kv_in,
-             cluster_.Latency(group.members[i].rank, mine));
-  if (before >= 0) charge(-1, p, before, mine, traffic.sums_in, cluster_.Latency(before, mine));
-  if (after >= 0) charge(p, -1, mine, after, traffic.sums_on, cluster_.Latency(mine, after));
-  std::vector<int>& owner_primary = scratch.owner_primary;
-  for (const auto& [owner, tokens] : traffic.returns_home) {
-    PrimaryMembers(plan.groups[owner], model_.heads, num_kv, owner_primary);
-    if (owner_primary[g] < 0) continue;
-    const int to = plan.groups[owner].members[owner_primary[g]].rank;
-    charge(p, -1, mine, to, tokens, cluster_.Latency(mine, to));
-  }
-  if (traffic.own_returner >= 0) {
-    PrimaryMembers(plan.groups[traffic.own_returner], model_.heads, num_kv, owner_primary);
-    if (owner_primary[g] >= 0) {
-      const int from = plan.groups[traffic.own_returner].members[owner_primary[g]].rank;
-      charge(-1, p, from, mine, traffic.own_return, cluster_.Latency(from, mine));
-    }
-  }
+      charge(static_cast<int>(i), p, group.members[i].rank, mine, kv_in, visiting);
+  for (const PeerTraffic& peer : traffic.sums_from)
+    charge(-1, p, PeerPrimary(plan, peer.group, g, scratch), mine, peer.tokens, peer.blocks);
+  for (const PeerTraffic& peer : traffic.sums_to)
+    charge(p, -1, mine, PeerPrimary(plan, peer.group, g, scratch), peer.tokens, peer.blocks);
+  if (traffic.own_returner >= 0)
+    charge(-1, p, PeerPrimary(plan, traffic.own_returner, g, scratch), mine, traffic.own_return, 1);
 }
 
 // Per member: the ring phase forward and backward (attention overlapped with its busiest port),

@@ -145,17 +145,31 @@ class CostModel {
   std::vector<std::vector<double>> AllToAllBytes(const PlanGroup& group, bool inbound) const;
 
   // The layer schedule's sub-ring traffic of one group, in tokens of blocks (a closed form over
-  // the groups' first and last token positions, O(ring groups + ranges); the schedule's chains
-  // skip every group with no causal pair, and dK/dV sums travel along the chain, DkvRoute
-  // kAlongChain). A block of t tokens is t x 2 x head_dim x bytes per KV head it carries.
+  // the groups' first and last token positions, O(ring groups x log ring groups + ranges); the
+  // schedule's chains skip every group with no causal pair, and dK/dV sums travel along the
+  // chain, DkvRoute kAlongChain). A block of t tokens is t x 2 x head_dim x bytes per KV head it
+  // carries. Traffic is listed per peer group (plan group index), so that every block is charged
+  // to the link it crosses.
+  struct PeerTraffic {
+    int group = 0;       // plan group index of the peer
+    int64_t tokens = 0;  // tokens of the blocks exchanged with it
+    int blocks = 0;      // messages (one per block)
+  };
   struct ChainTraffic {
-    int64_t kv_in = 0;       // blocks that visit the group (K/V received; sums sent on or home)
-    int64_t kv_out = 0;      // blocks it passes to the next group (its own included)
-    int64_t sums_in = 0;     // dK/dV sums fed to it by the previous group of a chain
-    int64_t sums_on = 0;     // dK/dV sums it passes to the next group of a chain
-    int64_t own_return = 0;  // its own block's total, from the last group of its chain (0: none)
-    int own_returner = -1;   // plan group index of that last group
-    std::vector<std::pair<int, int64_t>> returns_home;  // (owner plan group, tokens) it returns
+    std::vector<PeerTraffic> kv_from;    // K/V of visiting blocks, by the group they come from
+    std::vector<PeerTraffic> kv_to;      // K/V passed on (its own included), by the next group
+    std::vector<PeerTraffic> sums_from;  // dK/dV sums fed along a chain, by the previous group
+    std::vector<PeerTraffic> sums_to;    // sums passed on to the next group of a chain, or (the
+                                         // chains it ends) returned to their owner
+    int64_t own_return = 0;              // its own block's total, from the last group of its chain
+    int own_returner = -1;               // plan group index of that last group (-1: no chain)
+    int64_t kv_in() const { return Total(kv_from); }
+    int64_t kv_out() const { return Total(kv_to); }
+    static int64_t Total(const std::vector<PeerTraffic>& list) {
+      int64_t tokens = 0;
+      for (const PeerTraffic& peer : list) tokens += peer.tokens;
+      return tokens;
+    }
   };
   // REQUIRES: group_index < plan.groups.size(). An idle group has no traffic.
   ChainTraffic GroupChainTraffic(const Plan& plan, int group_index) const;
@@ -196,8 +210,8 @@ class CostModel {
   void LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupCost& out) const;
   void RingPortTimes(const Plan& plan, int group_index, const RingContext& ring,
                      GroupScratch& scratch, GroupCost& out) const;
-  void DkvSumTimes(const Plan& plan, int group_index, int kv_head, int before, int after,
-                   GroupScratch& scratch) const;
+  void DkvSumTimes(const Plan& plan, int group_index, int kv_head, GroupScratch& scratch) const;
+  int PeerPrimary(const Plan& plan, int group_index, int kv_head, GroupScratch& scratch) const;
   void MemberFigures(const PlanGroup& group, const RingContext& ring, GroupScratch& scratch,
                      GroupCost& out) const;
   void ActivationMemory(int64_t tokens, int query_heads, int kv_heads, int64_t group_tokens,

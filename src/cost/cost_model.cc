@@ -58,6 +58,8 @@ struct CostModel::GroupScratch {
   std::vector<std::pair<int, int>> links_seen;  // ring links already charged their latency
   ChainTraffic traffic;
   std::vector<std::pair<int, std::vector<int>>> peer_primaries;  // (plan group, rank per KV head)
+  size_t peers_used = 0;                                         // entries valid this scoring
+  std::vector<int> peer_members;
 };
 
 CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Workload& workload,
@@ -444,15 +446,19 @@ std::vector<CostModel::RingRankBytes> CostModel::RingBytesPerRank(const Plan& pl
 // The world rank of KV head g's primary in plan group `group_index` (-1: no member needs it),
 // with each group's primaries computed once per scoring.
 int CostModel::PeerPrimary(const Plan& plan, int group_index, int g, GroupScratch& scratch) const {
-  for (const auto& [group, primaries] : scratch.peer_primaries)
-    if (group == group_index) return primaries[g];
-  std::vector<int> members;
-  PrimaryMembers(plan.groups[group_index], model_.heads, model_.kv_heads, members);
-  std::vector<int> ranks(members.size());
-  for (size_t kv = 0; kv < members.size(); ++kv)
-    ranks[kv] = members[kv] < 0 ? -1 : plan.groups[group_index].members[members[kv]].rank;
-  scratch.peer_primaries.push_back({group_index, std::move(ranks)});
-  return scratch.peer_primaries.back().second[g];
+  auto& peers = scratch.peer_primaries;
+  for (size_t index = 0; index < scratch.peers_used; ++index)
+    if (peers[index].first == group_index) return peers[index].second[g];
+  if (scratch.peers_used == peers.size()) peers.emplace_back();
+  auto& [group, ranks] = peers[scratch.peers_used++];  // storage reused across scorings
+  group = group_index;
+  PrimaryMembers(plan.groups[group_index], model_.heads, model_.kv_heads, scratch.peer_members);
+  ranks.resize(scratch.peer_members.size());
+  for (size_t kv = 0; kv < ranks.size(); ++kv) {
+    const int member = scratch.peer_members[kv];
+    ranks[kv] = member < 0 ? -1 : plan.groups[group_index].members[member].rank;
+  }
+  return ranks[g];
 }
 
 // Ring phase traffic: per member and port, the sub-ring K/V transfers (from and to the groups its
@@ -478,7 +484,7 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
 
   std::vector<int>& mine_member = scratch.mine;
   PrimaryMembers(group, num_heads, num_kv, mine_member);
-  scratch.peer_primaries.clear();
+  scratch.peers_used = 0;
   ChainTraffic& traffic = scratch.traffic;
   GroupChainTraffic(plan, group_index, traffic);
   const int64_t kv_in = traffic.kv_in();

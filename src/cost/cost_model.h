@@ -9,14 +9,15 @@
 //   local  = reverse all-to-all (O) + linear layers on s_r tokens + all-to-all (Q, K, V)
 //   ring   = sub-ring attention: max(attention compute, KV transfer chain) + last block
 // Backward: linear 2x, attention 2.5x, all-to-all bytes the same; K/V go round again and each
-// group returns every visiting block's dK/dV straight to its owner (the layer schedule's policy),
-// on the same per-rank ports (NVLink / NIC, send / receive). Full recompute adds one forward;
-// selective recomputes the MLP forward. The dK/dV returns make a group's ring term depend on the
-// other groups' token counts too; the scheduler's incremental re-scoring ignores that second-order
-// change for groups a move does not touch (the final plan is scored in full).
+// block's dK/dV sum travels along its chain to the owner (the layer schedule's policy), on the
+// same per-rank ports (NVLink / NIC, send / receive). Sub-ring bytes and links are the schedule's
+// (GroupChainTraffic). Full recompute adds one forward; selective recomputes the MLP forward. The
+// chains make a group's ring term depend on the other groups' token ranges too; the scheduler's
+// incremental re-scoring ignores that second-order change for groups a move does not touch (the
+// final plan is scored in full).
 // Iteration = batch x layers x (fwd + bwd + recompute) + LM head + exposed gradient sync.
 // Deliberately ignored: kernel launch overheads, NIC sharing between GPUs of a node (each GPU has
-// its own NIC), causal skipping of K/V sends (zigzag layouts need every block; returns do skip),
+// its own NIC), the overlap of K/V and dK/dV transfers on one port (their times add),
 // norms/RoPE/softmax FLOPs (< 1%).
 #pragma once
 

@@ -121,9 +121,13 @@ class Execution {
  public:
   Execution(const Cluster& cluster, const EngineOptions& options, const std::vector<Op>& ops,
             const std::vector<std::pair<int, int>>& edges,
-            const std::vector<std::pair<int, int64_t>>& releases)
+            const std::vector<std::pair<int, int64_t>>& releases,
+            std::vector<std::pair<int, int>>* free_edges = nullptr)
       : cluster_(cluster), options_(options), ops_(ops) {
     BuildSuccessors(edges);
+    // The successor lists now hold the edges; a caller that will not run again frees its list
+    // before the run's arrays are allocated.
+    if (free_edges != nullptr) std::vector<std::pair<int, int>>().swap(*free_edges);
     // A release is one more dependency, met by a timer event.
     for (const auto& [op, ns] : releases) {
       ++pending_[op];
@@ -545,6 +549,11 @@ void Engine::ReleaseAt(int op, int64_t ns) {
 
 EngineResult Engine::Run() const {
   Execution execution(cluster_, options_, ops_, edges_, releases_);
+  return execution.Run();
+}
+
+EngineResult Engine::RunOnce() {
+  Execution execution(cluster_, options_, ops_, edges_, releases_, &edges_);
   return execution.Run();
 }
 

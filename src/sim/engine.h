@@ -100,6 +100,10 @@ class Engine {
   // Runs the graph from time 0. REQUIRES: acyclic (checked: a cycle is a bug in the graph
   // builder and fails an assertion).
   EngineResult Run() const;
+  // The same run, for a graph that is not run again: the dependency list is freed once the run
+  // has its own successor lists, so the peak memory holds the edges once (edges() is empty
+  // afterwards).
+  EngineResult RunOnce();
 
  private:
   Cluster cluster_;

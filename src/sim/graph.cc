@@ -89,6 +89,8 @@ class Builder {
     }
   };
   void SendInOrderPerLink(std::vector<LinkSend>& sends);
+  void JoinLastPerLink(const std::vector<LinkSend>& sorted, const std::vector<int>& ring_done,
+                       bool receiver_too);
   std::vector<LinkSend> kv_sends_;  // this pass's K/V sends
 
   double GemmSeconds(int rank, double params) const {
@@ -267,6 +269,21 @@ void Builder::SendInOrderPerLink(std::vector<LinkSend>& sends) {
   }
 }
 
+// The ring phase of a rank ends after its sends have left (and, with `receiver_too`, after what
+// it receives): each link's sends are chained in order, so only the last one of a link needs the
+// join. REQUIRES: `sorted` sorted by SendInOrderPerLink.
+void Builder::JoinLastPerLink(const std::vector<LinkSend>& sorted,
+                              const std::vector<int>& ring_done, bool receiver_too) {
+  for (size_t index = 0; index < sorted.size(); ++index) {
+    const LinkSend& send = sorted[index];
+    const bool last = index + 1 == sorted.size() || sorted[index + 1].from != send.from ||
+                      sorted[index + 1].to != send.to;
+    if (!last) continue;
+    Dep(send.op, ring_done[send.from]);
+    if (receiver_too) Dep(send.op, ring_done[send.to]);
+  }
+}
+
 // Per rank with query heads: the diagonal block, then one op per visiting block in arrival order,
 // each after every K/V block (segment) of that origin the rank holds has arrived.
 void Builder::AttentionOps(Direction direction, PassOps& ops) {
@@ -335,13 +352,12 @@ void Builder::DkvMessages(PassOps& ops) {
     partials.clear();
     if (schedule_.DkvFeeder(message.hop) >= 0) Dep(feeding_return, op);
     feeding_return = op;
-    Dep(op, ops.ring_done[message.dest_rank]);
-    Dep(op, ops.ring_done[message.source_rank]);
     const int ring_pos = schedule_.chains[message.origin].hops[message.hop].ring_pos;
     sends.push_back({message.source_rank, message.dest_rank,
                      (ring_pos - message.origin + ring_groups) % ring_groups, op});
   }
   SendInOrderPerLink(sends);
+  JoinLastPerLink(sends, ops.ring_done, /*receiver_too=*/true);
 }
 
 // Forward: output projection + MLP. Backward: the QKV GEMMs' backward.
@@ -358,14 +374,14 @@ void Builder::GemmsAfter(Direction direction, PassOps& ops) {
 }
 
 // An estimate of the ops and dependencies one pass adds, so that the engine's arrays grow once:
-// per all-to-all piece one message and two edges; per K/V block or copy three edges (its
-// predecessor, the link order, the sender's ring end); per dK/dV partial four (its block, the
-// ring end, the link order, the sum waiting for it); per sum five (its block, the feeder, both
-// ring ends, the link order); per attention op its arrivals and two joins; a few GEMMs and
-// markers per rank.
+// per all-to-all piece one message and two edges; per K/V block or copy two edges (its
+// predecessor, the link order; the ring-end joins are per link); per dK/dV partial four (its
+// block, the ring end, the link order, the sum waiting for it); per sum three (its block, the
+// feeder, the link order); per attention op its arrivals and two joins; a few GEMMs, markers and
+// per-link joins per rank.
 void Builder::ReserveForPass(Direction direction) {
-  constexpr int64_t kOpsPerRank = 8, kEdgesPerRank = 12, kEdgesPerKv = 3, kEdgesPerPartial = 4,
-                    kEdgesPerSum = 5, kEdgesPerAttention = 3;
+  constexpr int64_t kOpsPerRank = 8, kEdgesPerRank = 12, kEdgesPerKv = 2, kEdgesPerPartial = 4,
+                    kEdgesPerSum = 3, kEdgesPerAttention = 3;
   const bool backward = direction == Direction::kBackward;
   int64_t ops = 0, edges = 0;
   for (bool inbound : {true, false})
@@ -407,10 +423,13 @@ void Builder::BuildPass(Direction direction, PassMarks& marks) {
   AttentionOps(direction, ops);
   // A rank's ring phase ends when its own sends have left too (the runtime waits on them before
   // reusing the buffers), so the next pass never shares a link with this one's backlog.
-  for (const LinkSend& send : kv_sends_) Dep(send.op, ops.ring_done[send.from]);
+  JoinLastPerLink(kv_sends_, ops.ring_done, /*receiver_too=*/false);
   if (direction == Direction::kBackward) DkvMessages(ops);
   AllToAll(direction, /*inbound=*/false, ops);
   GemmsAfter(direction, ops);
+  // This pass's message lists are not needed while the engine runs.
+  std::vector<LinkSend>().swap(kv_sends_);
+  std::vector<RingMessage>().swap(dkv_messages_);
   marks.local_in = std::move(ops.local_in);
   marks.ring_done = std::move(ops.ring_done);
   marks.end.assign(num_ranks_, -1);

@@ -60,7 +60,7 @@ LayerRun RunLayers(LayerGraphBuilder& builder, const Cluster& cluster,
   for (int index = 0; index < builder.num_passes(); ++index) {
     Engine engine(cluster, engine_options);
     const PassMarks marks = builder.AddPass(index, engine, start_ns);
-    const EngineResult run = engine.Run();
+    const EngineResult run = engine.RunOnce();
     out.passes.push_back(ReadPass(marks, engine.ops(), run));
     out.makespan_ns = std::max(out.makespan_ns, run.makespan_ns);
     out.events += run.events;

@@ -2,7 +2,10 @@
 // on random heterogeneous clusters: 2-6 GPU types, 8-128 GPUs, NVLink and PCIe nodes, NICs
 // 12.5-50 GB/s; models gpt-3b/7b/13b, llama3-8b/70b; 32K-1M tokens; all six strategies. Reports
 // mean, p95 and max |model - sim| / sim per strategy and Kendall's tau of the plans' ranking per
-// scenario. Usage: fidelity_bench [min_feasible_plans=300] [seed=1]
+// scenario. With `routes`, also simulates every plan with the other dK/dV route
+// (DkvRoute::kDirectToOwner vs the schedule's kAlongChain) and reports the ratio of simulated
+// iteration times per strategy: the evidence behind the schedule's policy.
+// Usage: fidelity_bench [min_feasible_plans=300] [seed=1] [routes]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -148,11 +151,30 @@ void PrintStrategyTable(const std::map<std::string, std::vector<Sample>>& sample
   }
 }
 
-int Run(int min_plans, uint64_t seed) {
+// Simulated iteration time with the direct route over the schedule's route, per strategy.
+void PrintRouteTable(const std::map<std::string, std::vector<double>>& ratios) {
+  std::printf(
+      "\n| strategy | plans | direct / along-chain: geomean | min | max | direct slower in |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- |\n");
+  for (const auto& [strategy, list] : ratios) {
+    double log_sum = 0;
+    int slower = 0;
+    for (double ratio : list) {
+      log_sum += std::log(ratio);
+      slower += ratio > 1 ? 1 : 0;
+    }
+    std::printf("| %s | %zu | %.3f | %.3f | %.3f | %d |\n", strategy.c_str(), list.size(),
+                std::exp(log_sum / list.size()), *std::min_element(list.begin(), list.end()),
+                *std::max_element(list.begin(), list.end()), slower);
+  }
+}
+
+int Run(int min_plans, uint64_t seed, bool compare_routes) {
   PrintHeader();
   std::mt19937_64 rng(seed);
   std::map<std::string, std::vector<Sample>> samples;
   std::vector<double> taus;
+  std::map<std::string, std::vector<double>> route_ratios;
   int feasible = 0, scenarios = 0;
   const auto start = std::chrono::steady_clock::now();
   while (feasible < min_plans) {
@@ -165,6 +187,16 @@ int Run(int min_plans, uint64_t seed) {
       if (!sim) {
         std::fprintf(stderr, "simulate failed: %s\n", sim.error().message.c_str());
         return 1;
+      }
+      if (compare_routes) {
+        sim::SimOptions direct;
+        direct.dkv_route = DkvRoute::kDirectToOwner;
+        auto other = sim::Simulate(result.plan, cost, direct);
+        if (!other) {
+          std::fprintf(stderr, "simulate failed: %s\n", other.error().message.c_str());
+          return 1;
+        }
+        route_ratios[result.strategy].push_back(other->iteration_seconds / sim->iteration_seconds);
       }
       const double model_seconds = result.cost.iteration_seconds;
       const sim::SimTerm* term = sim::LargestDisagreement(*sim);
@@ -189,6 +221,7 @@ int Run(int min_plans, uint64_t seed) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("\n%d scenarios, %d feasible plans, %.0f s\n", scenarios, feasible, seconds);
   PrintStrategyTable(samples);
+  if (compare_routes) PrintRouteTable(route_ratios);
   double tau_mean = 0;
   int tau_ok = 0;
   for (double tau : taus) {
@@ -208,9 +241,10 @@ int Run(int min_plans, uint64_t seed) {
 int main(int argc, char** argv) {
   const int min_plans = argc > 1 ? std::atoi(argv[1]) : 300;
   const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1;
-  if (min_plans < 1) {
-    std::fprintf(stderr, "usage: fidelity_bench [min_feasible_plans >= 1] [seed]\n");
+  const bool compare_routes = argc > 3 && std::string(argv[3]) == "routes";
+  if (min_plans < 1 || (argc > 3 && !compare_routes)) {
+    std::fprintf(stderr, "usage: fidelity_bench [min_feasible_plans >= 1] [seed] [routes]\n");
     return 2;
   }
-  return hexiseq::Run(min_plans, seed);
+  return hexiseq::Run(min_plans, seed, compare_routes);
 }

@@ -54,8 +54,12 @@ struct CostModel::GroupScratch {
   std::vector<double> s_d, h_d, kv_d, lin, a2a, ring_chain;
   std::vector<double> kv_ports, return_ports;  // [member * kPorts + port] seconds
   std::vector<uint8_t> needs;  // [member * num_kv + kv head]: the member holds a query head of it
-  std::vector<int> mine, before, after, primary_heads;
+  std::vector<int> mine;
   std::vector<std::pair<int, int>> links_seen;  // ring links already charged their latency
+  ChainTraffic traffic;
+  std::vector<std::pair<int, std::vector<int>>> peer_primaries;  // (plan group, rank per KV head)
+  size_t peers_used = 0;                                         // entries valid this scoring
+  std::vector<int> peer_members;
 };
 
 CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Workload& workload,
@@ -233,9 +237,12 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
     return inbound ? s_d[i] * (h_d[j] + 2 * kv_d[j]) * dh * bytes : s_d[j] * h_d[i] * dh * bytes;
   };
   // Both all-to-alls of member r in one pass over its peers: each pair's latency and bandwidth
-  // are looked up once. Same arithmetic as TransferSeconds (latency + bytes / bandwidth).
+  // are looked up once. The pieces to (from) different peers are in flight at once, so a port's
+  // time is its bytes over the links' bandwidths plus one latency (the largest), not one per
+  // piece.
   auto a2a_times = [&](size_t r, double* in_time, double* out_time) {
     double acc[2][4] = {};  // [inbound, outbound][send intra, send inter, recv intra, recv inter]
+    double latency_of[2][4] = {};
     const int a = group.members[r].rank;
     for (size_t j = 0; j < m; ++j) {
       if (j == r) continue;
@@ -245,10 +252,15 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
       for (int dir = 0; dir < 2; ++dir) {
         const bool inbound = dir == 0;
         const double send = bytes_of(inbound, r, j), recv = bytes_of(inbound, j, r);
-        if (send > 0) acc[dir][intra ? 0 : 1] += latency + send / bandwidth;
-        if (recv > 0) acc[dir][intra ? 2 : 3] += latency + recv / bandwidth;
+        for (const auto& [bytes, port] : {std::pair{send, intra ? 0 : 1}, {recv, intra ? 2 : 3}}) {
+          if (bytes <= 0) continue;
+          acc[dir][port] += bytes / bandwidth;
+          latency_of[dir][port] = std::max(latency_of[dir][port], latency);
+        }
       }
     }
+    for (int dir = 0; dir < 2; ++dir)
+      for (int port = 0; port < 4; ++port) acc[dir][port] += latency_of[dir][port];
     *in_time = std::max({acc[0][0], acc[0][1], acc[0][2], acc[0][3]});
     *out_time = std::max({acc[1][0], acc[1][1], acc[1][2], acc[1][3]});
   };
@@ -275,15 +287,188 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
   out.lin_fwd = lin_max;
 }
 
-// Ring phase traffic: per member and port, the sub-ring K/V transfers (to and from the ring
-// neighbours' primaries, and to replicas) and the backward's dK/dV returns.
+namespace {
+
+// First and last token position and token count of a plan group (tokens == 0: idle).
+struct GroupSpan {
+  int64_t first = 0, last = -1, tokens = 0;
+};
+
+GroupSpan SpanOf(const PlanGroup& group) {
+  GroupSpan span;
+  for (const Range& range : group.tokens) {
+    if (range.size() <= 0) continue;
+    span.first = span.tokens == 0 ? range.begin : std::min(span.first, range.begin);
+    span.last = std::max(span.last, range.end - 1);
+    span.tokens += range.size();
+  }
+  return span;
+}
+
+}  // namespace
+
+CostModel::ChainTraffic CostModel::GroupChainTraffic(const Plan& plan, int group_index) const {
+  ChainTraffic out;
+  GroupChainTraffic(plan, group_index, out);
+  return out;
+}
+
+namespace {
+
+void AddPeer(std::vector<CostModel::PeerTraffic>& list, int group, int64_t tokens) {
+  for (CostModel::PeerTraffic& peer : list)
+    if (peer.group == group) {
+      peer.tokens += tokens;
+      ++peer.blocks;
+      return;
+    }
+  list.push_back({group, tokens, 1});
+}
+
+// reach[i - 1] = the largest last position among the first i groups going round the ring from a
+// group (forward or backward); non-decreasing, so the first group at or after a key position is a
+// binary search. Returns that i (1-based), or 0 when none among the first `limit`.
+int FirstReaching(const std::vector<int64_t>& reach, int limit, int64_t position) {
+  const auto end = reach.begin() + limit;
+  const auto found = std::lower_bound(reach.begin(), end, position);
+  return found == end ? 0 : static_cast<int>(found - reach.begin()) + 1;
+}
+
+}  // namespace
+
+// A ring group needs origin o's block when its last query is at or after o's first key (the
+// schedule's rule). Going round the ring from the group, the groups strictly between it and o are
+// the ones after it on o's chain (the first that needs o is where it sends o's block and sum);
+// going back, those strictly between o and it are before it (the nearest that needs o sent it).
+void CostModel::GroupChainTraffic(const Plan& plan, int group_index, ChainTraffic& out) const {
+  for (std::vector<PeerTraffic>* list : {&out.kv_from, &out.kv_to, &out.sums_from, &out.sums_to})
+    list->clear();
+  out.own_return = 0;
+  out.own_returner = -1;
+  thread_local std::vector<int> ring;
+  thread_local std::vector<GroupSpan> spans;
+  thread_local std::vector<int64_t> ahead, behind;
+  ring.clear();
+  spans.clear();
+  int self = -1;
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    const GroupSpan span = SpanOf(plan.groups[g]);
+    if (span.tokens == 0) continue;
+    if (static_cast<int>(g) == group_index) self = static_cast<int>(ring.size());
+    ring.push_back(static_cast<int>(g));
+    spans.push_back(span);
+  }
+  if (self < 0) return;
+  const int ring_size = static_cast<int>(ring.size());
+  auto at = [&](int distance) { return ((self + distance) % ring_size + ring_size) % ring_size; };
+  ahead.assign(ring_size - 1, -1);
+  behind.assign(ring_size - 1, -1);
+  for (int distance = 1; distance < ring_size; ++distance) {
+    ahead[distance - 1] =
+        std::max(distance > 1 ? ahead[distance - 2] : -1, spans[at(distance)].last);
+    behind[distance - 1] =
+        std::max(distance > 1 ? behind[distance - 2] : -1, spans[at(-distance)].last);
+  }
+  const GroupSpan& mine = spans[self];
+  for (int distance = 1; distance < ring_size; ++distance) {
+    // Origin `distance` groups ahead: does it visit, and where does its chain go after this one?
+    const int origin = at(distance);
+    const GroupSpan& keys = spans[origin];
+    if (mine.last < keys.first) continue;
+    const int next = FirstReaching(ahead, distance - 1, keys.first);
+    if (next > 0) {
+      AddPeer(out.kv_to, ring[at(next)], keys.tokens);
+      AddPeer(out.sums_to, ring[at(next)], keys.tokens);
+    } else {
+      AddPeer(out.sums_to, ring[origin], keys.tokens);
+    }
+    // The same origin seen going back: the nearest group before this one on its chain.
+    const int back = ring_size - distance;
+    const int previous = FirstReaching(behind, back - 1, keys.first);
+    if (previous > 0) {
+      AddPeer(out.kv_from, ring[at(-previous)], keys.tokens);
+      AddPeer(out.sums_from, ring[at(-previous)], keys.tokens);
+    } else {
+      AddPeer(out.kv_from, ring[origin], keys.tokens);
+    }
+  }
+  const int first_hop = FirstReaching(ahead, ring_size - 1, mine.first);
+  if (first_hop == 0) return;
+  AddPeer(out.kv_to, ring[at(first_hop)], mine.tokens);
+  for (int distance = ring_size - 1; distance >= 1; --distance) {
+    if (spans[at(distance)].last < mine.first) continue;
+    out.own_return = mine.tokens;
+    out.own_returner = ring[at(distance)];
+    break;
+  }
+}
+
+std::vector<CostModel::RingRankBytes> CostModel::RingBytesPerRank(const Plan& plan,
+                                                                  bool backward) const {
+  std::vector<RingRankBytes> out(cluster_.num_ranks());
+  const double per_token = KvBytesPerTokenPerKvHead();
+  ChainTraffic traffic;
+  std::vector<int> primary;
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    const PlanGroup& group = plan.groups[g];
+    GroupChainTraffic(plan, static_cast<int>(g), traffic);
+    PrimaryMembers(group, model_.heads, model_.kv_heads, primary);
+    const int64_t kv_in = traffic.kv_in();
+    for (int kv = 0; kv < model_.kv_heads; ++kv) {
+      if (primary[kv] < 0) continue;
+      RingRankBytes& first = out[group.members[primary[kv]].rank];
+      first.kv_received += kv_in * per_token;
+      first.kv_sent += traffic.kv_out() * per_token;
+      if (backward) {
+        first.dkv_sent += ChainTraffic::Total(traffic.sums_to) * per_token;
+        first.dkv_received +=
+            (ChainTraffic::Total(traffic.sums_from) + traffic.own_return) * per_token;
+      }
+      for (size_t member = 0; member < group.members.size(); ++member) {
+        if (static_cast<int>(member) == primary[kv]) continue;
+        const bool holds = std::any_of(
+            group.members[member].heads.begin(), group.members[member].heads.end(),
+            [&](int head) { return KvHeadOf(head, model_.heads, model_.kv_heads) == kv; });
+        if (!holds) continue;
+        RingRankBytes& replica = out[group.members[member].rank];
+        first.kv_sent += kv_in * per_token;
+        replica.kv_received += kv_in * per_token;
+        if (backward) {
+          replica.dkv_sent += kv_in * per_token;
+          first.dkv_received += kv_in * per_token;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+// The world rank of KV head g's primary in plan group `group_index` (-1: no member needs it),
+// with each group's primaries computed once per scoring.
+int CostModel::PeerPrimary(const Plan& plan, int group_index, int g, GroupScratch& scratch) const {
+  auto& peers = scratch.peer_primaries;
+  for (size_t index = 0; index < scratch.peers_used; ++index)
+    if (peers[index].first == group_index) return peers[index].second[g];
+  if (scratch.peers_used == peers.size()) peers.emplace_back();
+  auto& [group, ranks] = peers[scratch.peers_used++];  // storage reused across scorings
+  group = group_index;
+  PrimaryMembers(plan.groups[group_index], model_.heads, model_.kv_heads, scratch.peer_members);
+  ranks.resize(scratch.peer_members.size());
+  for (size_t kv = 0; kv < ranks.size(); ++kv) {
+    const int member = scratch.peer_members[kv];
+    ranks[kv] = member < 0 ? -1 : plan.groups[group_index].members[member].rank;
+  }
+  return ranks[g];
+}
+
+// Ring phase traffic: per member and port, the sub-ring K/V transfers (from and to the groups its
+// blocks come from and go to, and to replicas) and the backward's dK/dV partials and sums, with
+// the layer schedule's byte counts and links (GroupChainTraffic).
 void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingContext& ring,
                               GroupScratch& scratch, GroupCost& out) const {
   const PlanGroup& group = plan.groups[group_index];
   const size_t m = group.members.size();
   const int num_heads = model_.heads, num_kv = model_.kv_heads;
-  const int64_t seq = workload_.seq_len;
-  const int64_t group_tokens = TotalTokens(group.tokens);
   const std::vector<uint8_t>& needs = scratch.needs;
   const int steps = ring.ring_size;
   // ring_chain: seconds per token of block on each primary's incoming ring link. Blocks are
@@ -295,99 +480,89 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
   kv_ports.assign(m * kPorts, 0);
   return_ports.assign(m * kPorts, 0);
   ring_chain.assign(m, 0);
+  if (steps <= 1) return;
 
-  if (steps > 1) {
-    const PlanGroup& prev = plan.groups[ring.prev];
-    const PlanGroup& next = plan.groups[ring.next];
-    std::vector<int>& mine_member = scratch.mine;
-    std::vector<int>& before_member = scratch.before;
-    std::vector<int>& after_member = scratch.after;
-    PrimaryMembers(group, num_heads, num_kv, mine_member);
-    PrimaryMembers(prev, num_heads, num_kv, before_member);
-    PrimaryMembers(next, num_heads, num_kv, after_member);
-    auto rank_of = [](const PlanGroup& g, int member) {
-      return member < 0 ? -1 : g.members[member].rank;
-    };
-    const double per_kv_in = (seq - group_tokens) * KvBytesPerTokenPerKvHead();
-    const double per_kv_out = (seq - TotalTokens(next.tokens)) * KvBytesPerTokenPerKvHead();
-    // Per step, one message per (sender, receiver) link carries every KV head routed over it, so
-    // a link pays its latency K - 1 times however many KV heads it carries.
-    std::vector<std::pair<int, int>>& links_seen = scratch.links_seen;
-    links_seen.clear();
-    auto link_latency = [&](int a, int b) {
-      for (const auto& link : links_seen)
-        if (link.first == a && link.second == b) return 0.0;
-      links_seen.push_back({a, b});
-      return (steps - 1) * cluster_.Latency(a, b);
-    };
-    for (int g = 0; g < num_kv; ++g) {
-      const int p = mine_member[g];
-      if (p < 0) continue;
-      const int mine = group.members[p].rank;
-      const int before = rank_of(prev, before_member[g]);
-      const int after = rank_of(next, after_member[g]);
-      if (before >= 0 && before != mine) {
-        const double bandwidth = cluster_.Bandwidth(before, mine);
-        ChargePorts(cluster_, kv_ports, -1, p, before, mine,
-                    link_latency(before, mine) + per_kv_in / bandwidth);
-        ring_chain[p] += KvBytesPerTokenPerKvHead() / bandwidth;
+  std::vector<int>& mine_member = scratch.mine;
+  PrimaryMembers(group, num_heads, num_kv, mine_member);
+  scratch.peers_used = 0;
+  ChainTraffic& traffic = scratch.traffic;
+  GroupChainTraffic(plan, group_index, traffic);
+  const int64_t kv_in = traffic.kv_in();
+  const double per_token = KvBytesPerTokenPerKvHead();
+  // One message per block and link carries every KV head routed over it, so a link pays its
+  // latency once per block however many KV heads it carries.
+  std::vector<std::pair<int, int>>& links_seen = scratch.links_seen;
+  links_seen.clear();
+  auto link_latency = [&](int a, int b, int blocks) {
+    for (const auto& link : links_seen)
+      if (link.first == a && link.second == b) return 0.0;
+    links_seen.push_back({a, b});
+    return blocks * cluster_.Latency(a, b);
+  };
+  for (int g = 0; g < num_kv; ++g) {
+    const int p = mine_member[g];
+    if (p < 0) continue;
+    const int mine = group.members[p].rank;
+    for (const PeerTraffic& peer : traffic.kv_from) {
+      const int before = PeerPrimary(plan, peer.group, g, scratch);
+      if (before < 0 || before == mine) continue;
+      const double bandwidth = cluster_.Bandwidth(before, mine);
+      ChargePorts(cluster_, kv_ports, -1, p, before, mine,
+                  link_latency(before, mine, peer.blocks) + peer.tokens * per_token / bandwidth);
+      if (peer.group == ring.prev) {
+        ring_chain[p] += per_token / bandwidth;
         out.chain_latency = std::max(out.chain_latency, cluster_.Latency(before, mine));
       }
-      if (after >= 0 && after != mine)
-        ChargePorts(cluster_, kv_ports, p, -1, mine, after,
-                    link_latency(mine, after) + per_kv_out / cluster_.Bandwidth(mine, after));
-      // Replicas: other members needing KV head g get it from the primary over group links.
-      for (size_t i = 0; i < m; ++i) {
-        if (static_cast<int>(i) == p) continue;
-        if (!needs[i * num_kv + g]) continue;
-        const int replica = group.members[i].rank;
-        ChargePorts(cluster_, kv_ports, p, static_cast<int>(i), mine, replica,
-                    link_latency(mine, replica) + per_kv_in / cluster_.Bandwidth(mine, replica));
-      }
     }
-    DkvReturnTimes(plan, group_index, scratch);
+    for (const PeerTraffic& peer : traffic.kv_to) {
+      const int after = PeerPrimary(plan, peer.group, g, scratch);
+      if (after < 0 || after == mine) continue;
+      ChargePorts(cluster_, kv_ports, p, -1, mine, after,
+                  link_latency(mine, after, peer.blocks) +
+                      peer.tokens * per_token / cluster_.Bandwidth(mine, after));
+    }
+    // Replicas: other members needing KV head g get it from the primary over group links.
+    for (size_t i = 0; i < m; ++i) {
+      if (static_cast<int>(i) == p) continue;
+      if (!needs[i * num_kv + g] || kv_in == 0) continue;
+      const int replica = group.members[i].rank;
+      ChargePorts(cluster_, kv_ports, p, static_cast<int>(i), mine, replica,
+                  link_latency(mine, replica, steps - 1) +
+                      kv_in * per_token / cluster_.Bandwidth(mine, replica));
+    }
+    DkvSumTimes(plan, group_index, g, scratch);
   }
 }
 
-void CostModel::DkvReturnTimes(const Plan& plan, int group_index, GroupScratch& scratch) const {
+// Backward, KV head g: replicas' partials to the primary; sums fed in by the previous groups and
+// passed on to the next ones (or returned to the owners of the chains it ends); its own block's
+// total from the last group of its chain.
+void CostModel::DkvSumTimes(const Plan& plan, int group_index, int g, GroupScratch& scratch) const {
   const PlanGroup& group = plan.groups[group_index];
-  const size_t m = group.members.size();
   const int num_kv = model_.kv_heads;
-  const int64_t group_tokens = TotalTokens(group.tokens);
-  const std::vector<int>& mine_member = scratch.mine;
-  std::vector<double>& return_ports = scratch.return_ports;
-  // dK/dV returns (backward): each primary returns every visiting block's dK/dV straight to
-  // its owner and receives its own block's from every group the block visits; one message per
-  // (primary, other group), over the link to that group's first member with heads.
-  std::vector<int>& primary_heads = scratch.primary_heads;
-  primary_heads.assign(m, 0);
-  for (int g = 0; g < num_kv; ++g)
-    if (mine_member[g] >= 0) ++primary_heads[mine_member[g]];
-  for (size_t other = 0; other < plan.groups.size(); ++other) {
-    const PlanGroup& peer_group = plan.groups[other];
-    const int64_t peer_tokens = TotalTokens(peer_group.tokens);
-    if (static_cast<int>(other) == group_index || peer_tokens == 0) continue;
-    int peer = -1;
-    for (const PlanMember& member : peer_group.members)
-      if (!member.heads.empty() && peer < 0) peer = member.rank;
-    if (peer < 0) continue;
-    const bool visited_by_theirs = CausalPairs(group.tokens, peer_group.tokens) > 0;
-    const bool ours_visits = CausalPairs(peer_group.tokens, group.tokens) > 0;
-    for (size_t p = 0; p < m; ++p) {
-      if (primary_heads[p] == 0) continue;
-      const int mine = group.members[p].rank;
-      const double per_token =
-          primary_heads[p] * KvBytesPerTokenPerKvHead() / cluster_.Bandwidth(mine, peer);
-      const double latency = cluster_.Latency(mine, peer);
-      const int member = static_cast<int>(p);
-      if (visited_by_theirs)
-        ChargePorts(cluster_, return_ports, member, -1, mine, peer,
-                    latency + peer_tokens * per_token);
-      if (ours_visits)
-        ChargePorts(cluster_, return_ports, -1, member, peer, mine,
-                    latency + group_tokens * per_token);
-    }
-  }
+  const ChainTraffic& traffic = scratch.traffic;
+  std::vector<double>& ports = scratch.return_ports;
+  const int p = scratch.mine[g];
+  const int mine = group.members[p].rank;
+  const double per_token = KvBytesPerTokenPerKvHead();
+  auto charge = [&](int sender, int receiver, int from, int to, int64_t tokens, int blocks) {
+    if (tokens <= 0 || from < 0 || to < 0 || from == to) return;
+    ChargePorts(
+        cluster_, ports, sender, receiver, from, to,
+        blocks * cluster_.Latency(from, to) + tokens * per_token / cluster_.Bandwidth(from, to));
+  };
+  const int64_t kv_in = traffic.kv_in();
+  int visiting = 0;
+  for (const PeerTraffic& peer : traffic.kv_from) visiting += peer.blocks;
+  for (size_t i = 0; i < group.members.size(); ++i)
+    if (static_cast<int>(i) != p && scratch.needs[i * num_kv + g])
+      charge(static_cast<int>(i), p, group.members[i].rank, mine, kv_in, visiting);
+  for (const PeerTraffic& peer : traffic.sums_from)
+    charge(-1, p, PeerPrimary(plan, peer.group, g, scratch), mine, peer.tokens, peer.blocks);
+  for (const PeerTraffic& peer : traffic.sums_to)
+    charge(p, -1, mine, PeerPrimary(plan, peer.group, g, scratch), peer.tokens, peer.blocks);
+  if (traffic.own_returner >= 0)
+    charge(-1, p, PeerPrimary(plan, traffic.own_returner, g, scratch), mine, traffic.own_return, 1);
 }
 
 // Per member: the ring phase forward and backward (attention overlapped with its busiest port),

@@ -9,14 +9,15 @@
 //   local  = reverse all-to-all (O) + linear layers on s_r tokens + all-to-all (Q, K, V)
 //   ring   = sub-ring attention: max(attention compute, KV transfer chain) + last block
 // Backward: linear 2x, attention 2.5x, all-to-all bytes the same; K/V go round again and each
-// group returns every visiting block's dK/dV straight to its owner (the layer schedule's policy),
-// on the same per-rank ports (NVLink / NIC, send / receive). Full recompute adds one forward;
-// selective recomputes the MLP forward. The dK/dV returns make a group's ring term depend on the
-// other groups' token counts too; the scheduler's incremental re-scoring ignores that second-order
-// change for groups a move does not touch (the final plan is scored in full).
+// block's dK/dV sum travels along its chain to the owner (the layer schedule's policy), on the
+// same per-rank ports (NVLink / NIC, send / receive). Sub-ring bytes and links are the schedule's
+// (GroupChainTraffic). Full recompute adds one forward; selective recomputes the MLP forward. The
+// chains make a group's ring term depend on the other groups' token ranges too; the scheduler's
+// incremental re-scoring ignores that second-order change for groups a move does not touch (the
+// final plan is scored in full).
 // Iteration = batch x layers x (fwd + bwd + recompute) + LM head + exposed gradient sync.
 // Deliberately ignored: kernel launch overheads, NIC sharing between GPUs of a node (each GPU has
-// its own NIC), causal skipping of K/V sends (zigzag layouts need every block; returns do skip),
+// its own NIC), the overlap of K/V and dK/dV transfers on one port (their times add),
 // norms/RoPE/softmax FLOPs (< 1%).
 #pragma once
 
@@ -144,6 +145,45 @@ class CostModel {
   // Indexed [i][j] by member position; the diagonal stays local (0).
   std::vector<std::vector<double>> AllToAllBytes(const PlanGroup& group, bool inbound) const;
 
+  // The layer schedule's sub-ring traffic of one group, in tokens of blocks (a closed form over
+  // the groups' first and last token positions, O(ring groups x log ring groups + ranges); the
+  // schedule's chains skip every group with no causal pair, and dK/dV sums travel along the
+  // chain, DkvRoute kAlongChain). A block of t tokens is t x 2 x head_dim x bytes per KV head it
+  // carries. Traffic is listed per peer group (plan group index), so that every block is charged
+  // to the link it crosses.
+  struct PeerTraffic {
+    int group = 0;       // plan group index of the peer
+    int64_t tokens = 0;  // tokens of the blocks exchanged with it
+    int blocks = 0;      // messages (one per block)
+  };
+  struct ChainTraffic {
+    std::vector<PeerTraffic> kv_from;    // K/V of visiting blocks, by the group they come from
+    std::vector<PeerTraffic> kv_to;      // K/V passed on (its own included), by the next group
+    std::vector<PeerTraffic> sums_from;  // dK/dV sums fed along a chain, by the previous group
+    std::vector<PeerTraffic> sums_to;    // sums passed on to the next group of a chain, or (the
+                                         // chains it ends) returned to their owner
+    int64_t own_return = 0;              // its own block's total, from the last group of its chain
+    int own_returner = -1;               // plan group index of that last group (-1: no chain)
+    int64_t kv_in() const { return Total(kv_from); }
+    int64_t kv_out() const { return Total(kv_to); }
+    static int64_t Total(const std::vector<PeerTraffic>& list) {
+      int64_t tokens = 0;
+      for (const PeerTraffic& peer : list) tokens += peer.tokens;
+      return tokens;
+    }
+  };
+  // REQUIRES: group_index < plan.groups.size(). An idle group has no traffic.
+  ChainTraffic GroupChainTraffic(const Plan& plan, int group_index) const;
+  void GroupChainTraffic(const Plan& plan, int group_index, ChainTraffic& out) const;
+
+  // Per-rank bytes of one direction's sub-ring phase as the model charges them, by world rank:
+  // K/V blocks and replica copies, and (backward) dK/dV partials and sums. Tested against
+  // BytesPerRank of the layer schedule.
+  struct RingRankBytes {
+    double kv_sent = 0, kv_received = 0, dkv_sent = 0, dkv_received = 0;
+  };
+  std::vector<RingRankBytes> RingBytesPerRank(const Plan& plan, bool backward) const;
+
   // Seconds to move `bytes` from rank a to rank b (alpha-beta).
   double TransferSeconds(int a, int b, double bytes) const;
 
@@ -171,7 +211,8 @@ class CostModel {
   void LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupCost& out) const;
   void RingPortTimes(const Plan& plan, int group_index, const RingContext& ring,
                      GroupScratch& scratch, GroupCost& out) const;
-  void DkvReturnTimes(const Plan& plan, int group_index, GroupScratch& scratch) const;
+  void DkvSumTimes(const Plan& plan, int group_index, int kv_head, GroupScratch& scratch) const;
+  int PeerPrimary(const Plan& plan, int group_index, int kv_head, GroupScratch& scratch) const;
   void MemberFigures(const PlanGroup& group, const RingContext& ring, GroupScratch& scratch,
                      GroupCost& out) const;
   void ActivationMemory(int64_t tokens, int query_heads, int kv_heads, int64_t group_tokens,

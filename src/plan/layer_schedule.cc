@@ -366,7 +366,8 @@ std::vector<int> LayerSchedule::VisitingOrigins(int ring_pos) const {
   return origins;
 }
 
-Result<LayerSchedule> BuildLayerSchedule(const Plan& plan, const ScheduleSizes& sizes) {
+Result<LayerSchedule> BuildLayerSchedule(const Plan& plan, const ScheduleSizes& sizes,
+                                         DkvRoute dkv_route) {
   if (sizes.head_dim < 1 || sizes.element_bytes < 1 || sizes.lse_bytes < 0) {
     return InvalidArgument("layer schedule: head_dim = " + std::to_string(sizes.head_dim) +
                            ", element_bytes = " + std::to_string(sizes.element_bytes) +
@@ -376,6 +377,7 @@ Result<LayerSchedule> BuildLayerSchedule(const Plan& plan, const ScheduleSizes& 
   if (auto valid = CheckScheduleInvariants(plan); !valid) return std::unexpected(valid.error());
   LayerSchedule schedule;
   schedule.sizes = sizes;
+  schedule.dkv_route = dkv_route;
   schedule.num_heads = plan.num_heads;
   schedule.num_kv_heads = plan.num_kv_heads;
   schedule.num_ranks = plan.num_ranks;
@@ -434,7 +436,7 @@ void ForEachRingMessage(const LayerSchedule& schedule, Direction direction,
         }
         message.kind = RingMessageKind::kDkvReturn;
         message.source_rank = holders.front();
-        message.dest_rank = owner_primary;
+        message.dest_rank = schedule.DkvTarget(segment_index, chain.origin, hop);
         visit(message);
       }
     }

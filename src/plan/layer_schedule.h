@@ -118,16 +118,31 @@ struct RankPlace {
   bool operator==(const RankPlace&) const = default;
 };
 
-// The one policy for forwarding and dK/dV return (docs/runtime.md says why it is the cheaper):
+// How a group's summed dK/dV of a visiting block leaves the group (backward).
+enum class DkvRoute {
+  // To the next group on the block's chain, which adds its own sum and passes it on; the last
+  // group of the chain returns the total to the owner. Every message but the last crosses the
+  // same link as the K/V block.
+  kAlongChain,
+  // Every group returns its own sum straight to the owner.
+  kDirectToOwner,
+};
+// The one policy (docs/runtime.md says why it is the cheaper). The other route stays selectable
+// in the schedule and the simulator so that the choice can be measured (`fidelity_bench N seed
+// routes`); the runtime and the cost model follow the policy.
+inline constexpr DkvRoute kDkvRoute = DkvRoute::kAlongChain;
+
+// Forwarding and dK/dV return:
 // - forward and backward: a block goes primary to primary along its chain, skipping groups that do
 //   not need it; each primary that receives it passes it on to its group's replicas;
 // - backward: each replica sends its dK/dV partial of the block to its group's primary, which sums
-//   them with its own and returns one message straight to the owner group's primary.
+//   them with its own (and, along the chain, with the previous group's sum) and sends one message
+//   as the route says.
 enum class RingMessageKind {
   kKvBlock,     // K/V block, primary -> next primary on the chain (forward and backward)
   kKvReplica,   // K/V block, primary -> a replica of its group (forward and backward)
   kDkvPartial,  // dK/dV partial, replica -> its primary (backward)
-  kDkvReturn,   // summed dK/dV of a group, its primary -> the owner's primary (backward)
+  kDkvReturn,   // summed dK/dV, a primary -> LayerSchedule::DkvTarget (backward)
 };
 
 struct RingMessage {
@@ -142,6 +157,7 @@ struct RingMessage {
 
 struct LayerSchedule {
   ScheduleSizes sizes;
+  DkvRoute dkv_route = kDkvRoute;
   int num_heads = 0;
   int num_kv_heads = 0;
   int num_ranks = 0;
@@ -163,6 +179,23 @@ struct LayerSchedule {
   // The origins whose blocks visit `ring_pos`, by increasing ring distance (the order in which
   // the blocks arrive and in which receives are posted).
   std::vector<int> VisitingOrigins(int ring_pos) const;
+  // Backward: the hop of a chain whose summed dK/dV the group at `hop` adds to its own
+  // before sending it on, or -1 (the first hop, or the direct route).
+  int DkvFeeder(int hop) const {
+    return dkv_route == DkvRoute::kAlongChain && hop > 0 ? hop - 1 : -1;
+  }
+  // Backward: whether the owner of chains[origin] receives the sum sent by the group at `hop`.
+  bool ReturnsToOwner(int origin, int hop) const {
+    return dkv_route == DkvRoute::kDirectToOwner ||
+           hop + 1 == static_cast<int>(chains[origin].hops.size());
+  }
+  // Backward: the world rank the group at `hop` of chains[origin] sends its summed dK/dV of
+  // `segment` to: the owner's primary, or the next hop's primary along the chain.
+  int DkvTarget(int segment, int origin, int hop) const {
+    const KvSegment& kv_segment = segments[segment];
+    return ReturnsToOwner(origin, hop) ? kv_segment.Primary(origin)
+                                       : kv_segment.Primary(chains[origin].hops[hop + 1].ring_pos);
+  }
   bool operator==(const LayerSchedule&) const = default;
 };
 
@@ -170,7 +203,8 @@ struct LayerSchedule {
 // tokens partitioning [0, S) and each group's tokens, heads partitioning {0..H-1} in each group
 // with tokens, idle groups holding no heads) and derives the schedule. Cost: O(ranks + heads x
 // ranks + ring groups^2) time; memory linear in the chains' total length plus members^2 per group.
-Result<LayerSchedule> BuildLayerSchedule(const Plan& plan, const ScheduleSizes& sizes);
+Result<LayerSchedule> BuildLayerSchedule(const Plan& plan, const ScheduleSizes& sizes,
+                                         DkvRoute dkv_route = kDkvRoute);
 
 // Every point-to-point message of one direction's sub-ring phase, in a deterministic order
 // (segment, origin, hop). Calls `visit` once per message.

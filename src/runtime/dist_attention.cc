@@ -360,9 +360,12 @@ class SubRingRunner {
     const bool primary = Holders(local).front() == rank_;
     std::vector<MessageLoop::Expected> blocks;
     std::vector<MessageLoop::Expected> partials;
+    std::vector<MessageLoop::Expected> fed_sums;
     for (int origin : schedule_.VisitingOrigins(role_.ring_pos)) {
       blocks.push_back(BlockArrival(local, origin, primary));
       if (!primary || !backward_) continue;
+      const int feeder = schedule_.DkvFeeder(schedule_.HopIndex(origin, role_.ring_pos));
+      if (feeder >= 0) fed_sums.push_back(FedSum(local, origin, feeder));
       for (size_t replica = 1; replica < Holders(local).size(); ++replica) {
         MessageLoop::Expected partial;
         partial.source = Holders(local)[replica];
@@ -376,6 +379,7 @@ class SubRingRunner {
     }
     loop_.AddStream(std::move(blocks));
     loop_.AddStream(std::move(partials));
+    loop_.AddStream(std::move(fed_sums));
     if (!primary) return;
     const BlockChain& chain = schedule_.chains[role_.ring_pos];
     if (!chain.hops.empty()) {
@@ -383,6 +387,20 @@ class SubRingRunner {
                  Tag(KvKind(), segment, role_.ring_pos));
     }
     if (backward_) PostReturns(local);
+  }
+
+  // Along the chain: the previous hop's summed dK/dV of the block, added to this group's sum.
+  MessageLoop::Expected FedSum(int local, int origin, int feeder_hop) {
+    const int segment = role_.segments[local];
+    MessageLoop::Expected expected;
+    expected.source =
+        schedule_.segments[segment].Primary(schedule_.chains[origin].hops[feeder_hop].ring_pos);
+    expected.tag = Tag(kDkvReturn, segment, origin);
+    expected.count = BlockFloats(local, origin);
+    expected.on_arrival = [this, local, origin](const Buffer& data) {
+      Contribute(local, origin, data);
+    };
+    return expected;
   }
 
   MessageLoop::Expected BlockArrival(int local, int origin, bool primary) {
@@ -428,29 +446,33 @@ class SubRingRunner {
     }
   }
 
-  // Sums the partials of this group at its primary; the last one sends the sum to the owner.
+  // Sums the partials of this group (and the previous hop's sum, along the chain) at its
+  // primary; the last contribution sends the sum where the schedule's route says.
   void Contribute(int local, int origin, const Buffer& partial) {
+    const int hop = schedule_.HopIndex(origin, role_.ring_pos);
     PartialSum& entry = partials_[{local, origin}];
     if (!entry.sum) {
       entry.sum = partial;
-      entry.missing = Holders(local).size();
+      entry.missing = Holders(local).size() + (schedule_.DkvFeeder(hop) >= 0 ? 1 : 0);
     } else {
       AddInto(*entry.sum, *partial);
     }
     if (--entry.missing > 0) return;
     const int segment = role_.segments[local];
-    loop_.Send(entry.sum, schedule_.segments[segment].Primary(origin),
-               Tag(kDkvReturn, segment, role_.ring_pos));
+    loop_.Send(entry.sum, schedule_.DkvTarget(segment, origin, hop),
+               Tag(kDkvReturn, segment, origin));
     partials_.erase({local, origin});
   }
 
   void PostReturns(int local) {
     const int segment = role_.segments[local];
     std::vector<MessageLoop::Expected> returns;
-    for (const ChainHop& hop : schedule_.chains[role_.ring_pos].hops) {
+    const std::vector<ChainHop>& hops = schedule_.chains[role_.ring_pos].hops;
+    for (int hop = 0; hop < static_cast<int>(hops.size()); ++hop) {
+      if (!schedule_.ReturnsToOwner(role_.ring_pos, hop)) continue;
       MessageLoop::Expected expected;
-      expected.source = schedule_.segments[segment].Primary(hop.ring_pos);
-      expected.tag = Tag(kDkvReturn, segment, hop.ring_pos);
+      expected.source = schedule_.segments[segment].Primary(hops[hop].ring_pos);
+      expected.tag = Tag(kDkvReturn, segment, role_.ring_pos);
       expected.count = static_cast<int64_t>(state_.dkv[local]->size());
       expected.on_arrival = [this, local](const Buffer& data) {
         AddInto(*state_.dkv[local], *data);

@@ -58,16 +58,16 @@ namespace {
 // Event classes at one instant: completions first, then the fair-share rebalance, then the
 // compute streams pick their next operation. This makes a timestamp's outcome independent of
 // the order in which its completions are processed.
-enum EventClass : int { kClassDone = 0, kClassRebalance = 1, kClassDispatch = 2 };
-enum EventType : int { kComputeDone, kFlowDone, kDelivered, kRebalance, kDispatch };
+enum EventClass : uint8_t { kClassDone = 0, kClassRebalance = 1, kClassDispatch = 2 };
+enum EventType : uint8_t { kComputeDone, kFlowDone, kDelivered, kReleased, kDispatch };
 
 struct Event {
   int64_t time;
-  int cls;
   uint64_t seq;
-  int type;
-  int id;
+  int32_t id;  // op id; kFlowDone: flow slot; kDispatch: rank
   uint32_t version;
+  EventClass cls;
+  EventType type;
 };
 struct EventAfter {
   bool operator()(const Event& a, const Event& b) const {
@@ -83,23 +83,28 @@ constexpr double kRateUnitsPerBytePerNs = 1e6;
 int64_t Quantize(double bytes_per_ns) {
   return std::llround(bytes_per_ns * kRateUnitsPerBytePerNs);
 }
+constexpr double kNsPerSecond = 1e9;
+constexpr int kNoSlot = -1;
 
 struct Resource {
   int64_t capacity = 0;    // rate units
   int64_t used = 0;        // sum of the active flows' rates
-  std::vector<int> flows;  // active flow ids (op ids)
+  std::vector<int> flows;  // active flow slots
 };
 
+// One message in flight. Slots are reused once a flow's last byte has left; `version` keeps
+// counting across reuses, so an event of an earlier occupant never matches.
 struct FlowState {
+  int op = -1;
   double remaining = 0;  // bytes
   int64_t rate = 0;      // rate units
   int64_t cap = 0;       // pair cap, rate units
   int64_t last_ns = 0;
+  int64_t latency_ns = 0;
   uint32_t version = 0;
   int res[2] = {-1, -1};
-  int slot[2] = {-1, -1};  // position in each resource's flow list
+  int slot[2] = {-1, -1};  // position in each resource's flow list; -1: not active
   bool dirty = false;
-  int64_t latency_ns = 0;
 };
 
 struct ReadyCompute {
@@ -109,6 +114,413 @@ struct ReadyCompute {
     return priority != o.priority ? priority > o.priority : op > o.op;
   }
 };
+
+// One run of a graph: the event loop and its state, split along its phases (successor lists,
+// resources, readiness, flows, fair-share rebalance, compute dispatch).
+class Execution {
+ public:
+  Execution(const Cluster& cluster, const EngineOptions& options, const std::vector<Op>& ops,
+            const std::vector<std::pair<int, int>>& edges,
+            const std::vector<std::pair<int, int64_t>>& releases,
+            std::vector<std::pair<int, int>>* free_edges = nullptr)
+      : cluster_(cluster), options_(options), ops_(ops) {
+    BuildSuccessors(edges);
+    // The successor lists now hold the edges; a caller that will not run again frees its list
+    // before the run's arrays are allocated.
+    if (free_edges != nullptr) std::vector<std::pair<int, int>>().swap(*free_edges);
+    // A release is one more dependency, met by a timer event.
+    for (const auto& [op, ns] : releases) {
+      ++pending_[op];
+      Push(ns, kClassDone, kReleased, op, 0);
+    }
+    BuildResources();
+    const int num_ranks = cluster_.num_ranks();
+    result_.ranks.resize(num_ranks);
+    result_.timings.resize(ops_.size());
+    ready_.resize(num_ranks);
+    computing_.assign(num_ranks, 0);
+    active_msgs_.assign(num_ranks, 0);
+    last_ns_.assign(num_ranks, 0);
+    dispatch_pending_.assign(num_ranks, 0);
+  }
+
+  EngineResult Run();
+
+ private:
+  void BuildSuccessors(const std::vector<std::pair<int, int>>& edges);
+  void BuildResources();
+  void Push(int64_t time, EventClass cls, EventType type, int id, uint32_t version) {
+    events_.push(Event{time, seq_++, id, version, cls, type});
+  }
+  void Advance(int rank, int64_t now);
+  void MakeReady(int op_id, int64_t now);
+  void StartFlow(int op_id, int64_t now);
+  void FinishFlow(const Event& event, int64_t now);
+  void EndMessage(int op_id, int64_t now);
+  void MarkResourceDirty(int res, int64_t now);
+  void Rebalance(int64_t now);
+  void Dispatch(int rank, int64_t now);
+  void ScheduleDispatch(int rank, int64_t now);
+  void Drain(int64_t now);
+
+  const Cluster& cluster_;
+  const EngineOptions& options_;
+  const std::vector<Op>& ops_;
+  EngineResult result_;
+  int64_t completed_ = 0;
+
+  std::vector<int> pending_, first_, succ_;  // dependency counts; successor lists (CSR)
+  std::vector<int> work_;                    // ops done at the current instant, to release
+
+  std::priority_queue<Event, std::vector<Event>, EventAfter> events_;
+  uint64_t seq_ = 0;
+
+  // Per-rank compute streams and accounting.
+  std::vector<
+      std::priority_queue<ReadyCompute, std::vector<ReadyCompute>, std::greater<ReadyCompute>>>
+      ready_;
+  std::vector<char> computing_, dispatch_pending_;
+  std::vector<int> active_msgs_;
+  std::vector<int64_t> last_ns_;
+
+  // Network: resources, the flows in flight and the rebalance's work arrays.
+  std::vector<Resource> resources_;
+  std::vector<FlowState> flows_;
+  std::vector<int> free_slots_;
+  std::vector<int> dirty_;
+  bool rebalance_pending_ = false;
+  std::vector<int64_t> residual_;
+  std::vector<int> unfrozen_, stamp_;
+  std::vector<std::vector<int>> members_;
+  std::vector<uint32_t> res_version_;
+  std::vector<int> live_, touched_;
+  int rebalance_count_ = 0;
+};
+
+void Execution::BuildSuccessors(const std::vector<std::pair<int, int>>& edges) {
+  const size_t num_ops = ops_.size();
+  pending_.assign(num_ops, 0);
+  first_.assign(num_ops + 1, 0);
+  succ_.resize(edges.size());
+  for (const auto& [before, after] : edges) {
+    ++first_[before + 1];
+    ++pending_[after];
+  }
+  for (size_t op = 0; op < num_ops; ++op) first_[op + 1] += first_[op];
+  std::vector<int> fill(first_.begin(), first_.end() - 1);
+  for (const auto& [before, after] : edges) succ_[fill[before]++] = after;
+}
+
+// Per rank NVLink egress/ingress and NIC egress/ingress ports; per node NIC egress/ingress pools
+// (used instead of the per-rank NIC ports when nics_per_node > 0).
+void Execution::BuildResources() {
+  const int num_ranks = cluster_.num_ranks();
+  const int num_nodes = static_cast<int>(cluster_.nodes.size());
+  resources_.resize(4 * num_ranks + 2 * num_nodes);
+  auto per_nic = [&](int kind_index) {
+    return cluster_.NicPortBandwidth(kind_index) / kNsPerSecond;
+  };
+  for (int rank = 0; rank < num_ranks; ++rank) {
+    const int kind = cluster_.ranks[rank].kind;
+    const double intra = cluster_.kinds[kind].intra_node_bytes_per_second / kNsPerSecond;
+    resources_[4 * rank].capacity = resources_[4 * rank + 1].capacity = Quantize(intra);
+    resources_[4 * rank + 2].capacity = resources_[4 * rank + 3].capacity = Quantize(per_nic(kind));
+  }
+  for (int node = 0; node < num_nodes; ++node) {
+    const int64_t pool = Quantize(options_.nics_per_node * per_nic(cluster_.nodes[node].kind));
+    resources_[4 * num_ranks + 2 * node].capacity = pool;
+    resources_[4 * num_ranks + 2 * node + 1].capacity = pool;
+  }
+  residual_.assign(resources_.size(), 0);
+  unfrozen_.assign(resources_.size(), 0);
+  stamp_.assign(resources_.size(), -1);
+  members_.resize(resources_.size());
+  res_version_.assign(resources_.size(), 0);
+}
+
+void Execution::Advance(int rank, int64_t now) {
+  const int64_t dt = now - last_ns_[rank];
+  if (dt > 0 && active_msgs_[rank] > 0) {
+    result_.ranks[rank].comm_ns += dt;
+    if (!computing_[rank]) result_.ranks[rank].comm_exposed_ns += dt;
+  }
+  last_ns_[rank] = now;
+}
+
+void Execution::ScheduleDispatch(int rank, int64_t now) {
+  if (dispatch_pending_[rank]) return;
+  dispatch_pending_[rank] = 1;
+  Push(now, kClassDispatch, kDispatch, rank, 0);
+}
+
+void Execution::MakeReady(int op_id, int64_t now) {
+  const Op& op = ops_[op_id];
+  switch (op.kind) {
+    case OpKind::kMarker:
+      result_.timings[op_id].start_ns = now;
+      work_.push_back(op_id);
+      break;
+    case OpKind::kCompute:
+      ready_[op.rank].push({op.priority, op_id});
+      ScheduleDispatch(op.rank, now);
+      break;
+    case OpKind::kMessage:
+      result_.timings[op_id].start_ns = now;
+      if (op.bytes <= 0 || op.rank == op.peer) {
+        work_.push_back(op_id);
+      } else {
+        StartFlow(op_id, now);
+      }
+      break;
+  }
+}
+
+// Brings every flow of the resource up to `now` at its old rate (order independent: rates are
+// constant between rebalances) and queues it for the rebalance at this instant.
+void Execution::MarkResourceDirty(int res, int64_t now) {
+  for (int slot : resources_[res].flows) {
+    FlowState& flow = flows_[slot];
+    if (flow.dirty) continue;
+    flow.remaining -= static_cast<double>(flow.rate) / kRateUnitsPerBytePerNs *
+                      static_cast<double>(now - flow.last_ns);
+    flow.last_ns = now;
+    flow.dirty = true;
+    dirty_.push_back(slot);
+  }
+  rebalance_pending_ = true;  // runs once this instant's completions are done (Run)
+}
+
+void Execution::StartFlow(int op_id, int64_t now) {
+  const Op& op = ops_[op_id];
+  int slot = kNoSlot;
+  if (free_slots_.empty()) {
+    slot = static_cast<int>(flows_.size());
+    flows_.emplace_back();
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  FlowState& flow = flows_[slot];
+  flow.op = op_id;
+  flow.remaining = op.bytes;
+  flow.rate = 0;
+  flow.last_ns = now;
+  flow.dirty = false;
+  flow.cap = Quantize(cluster_.Bandwidth(op.rank, op.peer) / kNsPerSecond);
+  flow.latency_ns = std::llround(cluster_.Latency(op.rank, op.peer) * kNsPerSecond);
+  const int num_ranks = cluster_.num_ranks();
+  const bool pooled = options_.nics_per_node > 0;
+  if (cluster_.SameNode(op.rank, op.peer)) {
+    flow.res[0] = 4 * op.rank;
+    flow.res[1] = 4 * op.peer + 1;
+  } else if (pooled) {
+    flow.res[0] = 4 * num_ranks + 2 * cluster_.ranks[op.rank].node;
+    flow.res[1] = 4 * num_ranks + 2 * cluster_.ranks[op.peer].node + 1;
+  } else {
+    flow.res[0] = 4 * op.rank + 2;
+    flow.res[1] = 4 * op.peer + 3;
+  }
+  for (int side = 0; side < 2; ++side) {
+    MarkResourceDirty(flows_[slot].res[side], now);
+    Resource& res = resources_[flows_[slot].res[side]];
+    flows_[slot].slot[side] = static_cast<int>(res.flows.size());
+    res.flows.push_back(slot);
+  }
+  if (!flows_[slot].dirty) {
+    flows_[slot].dirty = true;
+    dirty_.push_back(slot);
+  }
+  for (int rank : {op.rank, op.peer}) {
+    Advance(rank, now);
+    ++active_msgs_[rank];
+  }
+}
+
+// The flow's last byte has left: off its resources (their other flows are re-shared), then
+// delivered after the link latency.
+void Execution::FinishFlow(const Event& event, int64_t now) {
+  FlowState& flow = flows_[event.id];
+  if (event.version != flow.version || flow.dirty || flow.slot[0] < 0) return;  // stale
+  for (int side = 0; side < 2; ++side) {
+    Resource& res = resources_[flow.res[side]];
+    const int position = flow.slot[side];
+    const int moved = res.flows.back();
+    res.flows[position] = moved;
+    FlowState& moved_flow = flows_[moved];
+    for (int other = 0; other < 2; ++other)
+      if (moved_flow.res[other] == flow.res[side] &&
+          moved_flow.slot[other] == static_cast<int>(res.flows.size()) - 1)
+        moved_flow.slot[other] = position;
+    res.flows.pop_back();
+    flow.slot[side] = -1;
+  }
+  for (int side = 0; side < 2; ++side) resources_[flow.res[side]].used -= flow.rate;
+  flow.rate = 0;
+  flow.remaining = 0;
+  ++flow.version;
+  for (int side = 0; side < 2; ++side) MarkResourceDirty(flow.res[side], now);
+  const int op_id = flow.op;
+  const int64_t latency_ns = flow.latency_ns;
+  free_slots_.push_back(event.id);
+  if (latency_ns > 0) {
+    Push(now + latency_ns, kClassDone, kDelivered, op_id, 0);
+  } else {
+    EndMessage(op_id, now);
+  }
+}
+
+void Execution::EndMessage(int op_id, int64_t now) {
+  const Op& op = ops_[op_id];
+  for (int rank : {op.rank, op.peer}) {
+    Advance(rank, now);
+    --active_msgs_[rank];
+  }
+  work_.push_back(op_id);
+  Drain(now);
+}
+
+// Max-min fair rates for the dirty flows (progressive filling), with the capacity the other
+// flows use held fixed. Deterministic: the dirty set is sorted, ties broken by op id, integer
+// sums.
+void Execution::Rebalance(int64_t now) {
+  ++rebalance_count_;
+  live_.clear();
+  for (int slot : dirty_) {
+    flows_[slot].dirty = false;
+    if (flows_[slot].slot[0] >= 0) live_.push_back(slot);
+  }
+  dirty_.clear();
+  std::sort(live_.begin(), live_.end(), [&](int a, int b) { return flows_[a].op < flows_[b].op; });
+  touched_.clear();
+  for (int slot : live_)
+    for (int side = 0; side < 2; ++side) {
+      const int r = flows_[slot].res[side];
+      if (stamp_[r] != rebalance_count_) {
+        stamp_[r] = rebalance_count_;
+        unfrozen_[r] = 0;
+        members_[r].clear();
+        touched_.push_back(r);
+      }
+      resources_[r].used -= flows_[slot].rate;
+      ++unfrozen_[r];
+      members_[r].push_back(slot);
+    }
+  // (level, kind, id, version): kind 0 = resource saturates, 1 = flow reaches its pair cap.
+  using Entry = std::tuple<int64_t, int, int, uint32_t>;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+  for (int r : touched_) {
+    residual_[r] = std::max<int64_t>(0, resources_[r].capacity - resources_[r].used);
+    heap.push({residual_[r] / unfrozen_[r], 0, r, ++res_version_[r]});
+  }
+  for (int slot : live_) {
+    flows_[slot].rate = -1;  // unfrozen
+    heap.push({flows_[slot].cap, 1, flows_[slot].op, static_cast<uint32_t>(slot)});
+  }
+  auto freeze = [&](int slot, int64_t level) {
+    FlowState& flow = flows_[slot];
+    flow.rate = level;
+    for (int side = 0; side < 2; ++side) {
+      const int r = flow.res[side];
+      residual_[r] = std::max<int64_t>(0, residual_[r] - level);
+      if (--unfrozen_[r] > 0) heap.push({residual_[r] / unfrozen_[r], 0, r, ++res_version_[r]});
+    }
+  };
+  while (!heap.empty()) {
+    const auto [level, kind, id, version] = heap.top();
+    heap.pop();
+    if (kind == 1) {
+      if (flows_[version].rate < 0) freeze(static_cast<int>(version), level);
+      continue;
+    }
+    if (version != res_version_[id] || unfrozen_[id] == 0) continue;
+    for (int slot : members_[id])
+      if (flows_[slot].rate < 0) freeze(slot, level);
+  }
+  for (int slot : live_) {
+    FlowState& flow = flows_[slot];
+    for (int side = 0; side < 2; ++side) resources_[flow.res[side]].used += flow.rate;
+    ++flow.version;
+    if (flow.rate <= 0) continue;  // starved until a flow on its resources changes
+    const double left = std::max(0.0, flow.remaining);
+    const double per_ns = static_cast<double>(flow.rate) / kRateUnitsPerBytePerNs;
+    Push(now + std::llround(left / per_ns), kClassDone, kFlowDone, slot, flow.version);
+  }
+}
+
+void Execution::Dispatch(int rank, int64_t now) {
+  dispatch_pending_[rank] = 0;
+  if (computing_[rank] || ready_[rank].empty()) return;
+  const int op_id = ready_[rank].top().op;
+  ready_[rank].pop();
+  Advance(rank, now);
+  computing_[rank] = 1;
+  result_.timings[op_id].start_ns = now;
+  Push(now + ops_[op_id].duration_ns, kClassDone, kComputeDone, op_id, 0);
+}
+
+void Execution::Drain(int64_t now) {
+  while (!work_.empty()) {
+    const int op_id = work_.back();
+    work_.pop_back();
+    result_.timings[op_id].end_ns = now;
+    ++completed_;
+    for (int index = first_[op_id]; index < first_[op_id + 1]; ++index)
+      if (--pending_[succ_[index]] == 0) MakeReady(succ_[index], now);
+  }
+}
+
+EngineResult Execution::Run() {
+  const int num_ops = static_cast<int>(ops_.size());
+  for (int op = 0; op < num_ops; ++op)
+    if (pending_[op] == 0) MakeReady(op, 0);
+  Drain(0);
+  int64_t now = 0;
+  while (!events_.empty() || rebalance_pending_) {
+    // The rebalance of an instant runs after its completions and before its dispatches (the
+    // order kClassRebalance stands for), without an event of its own.
+    if (rebalance_pending_ &&
+        (events_.empty() || events_.top().time > now || events_.top().cls > kClassRebalance)) {
+      rebalance_pending_ = false;
+      Rebalance(now);
+      continue;
+    }
+    const Event event = events_.top();
+    events_.pop();
+    now = event.time;
+    ++result_.events;
+    switch (event.type) {
+      case kComputeDone: {
+        const Op& op = ops_[event.id];
+        Advance(op.rank, now);
+        computing_[op.rank] = 0;
+        result_.ranks[op.rank].busy_ns += op.duration_ns;
+        result_.ranks[op.rank].last_end_ns = now;
+        work_.push_back(event.id);
+        Drain(now);
+        ScheduleDispatch(op.rank, now);
+        break;
+      }
+      case kFlowDone:
+        FinishFlow(event, now);
+        break;
+      case kDelivered:
+        EndMessage(event.id, now);
+        break;
+      case kReleased:
+        if (--pending_[event.id] == 0) MakeReady(event.id, now);
+        Drain(now);
+        break;
+      case kDispatch:
+        Dispatch(event.id, now);
+        break;
+    }
+  }
+  HEXISEQ_CHECK(completed_ == num_ops, "simulation graph has a cycle or a dangling dependency");
+  for (const OpTiming& timing : result_.timings)
+    result_.makespan_ns = std::max(result_.makespan_ns, timing.end_ns);
+  for (int rank = 0; rank < cluster_.num_ranks(); ++rank) Advance(rank, result_.makespan_ns);
+  return std::move(result_);
+}
 
 }  // namespace
 
@@ -125,321 +537,24 @@ void Engine::Depend(int before, int after) {
   edges_.push_back({before, after});
 }
 
+void Engine::Reserve(int64_t more_ops, int64_t more_edges) {
+  ops_.reserve(ops_.size() + static_cast<size_t>(std::max<int64_t>(0, more_ops)));
+  edges_.reserve(edges_.size() + static_cast<size_t>(std::max<int64_t>(0, more_edges)));
+}
+
+void Engine::ReleaseAt(int op, int64_t ns) {
+  HEXISEQ_CHECK(op >= 0 && ns >= 0, "bad release");
+  releases_.push_back({op, ns});
+}
+
 EngineResult Engine::Run() const {
-  const int num_ops = static_cast<int>(ops_.size());
-  const int num_ranks = cluster_.num_ranks();
-  const int num_nodes = static_cast<int>(cluster_.nodes.size());
+  Execution execution(cluster_, options_, ops_, edges_, releases_);
+  return execution.Run();
+}
 
-  // Successor lists (CSR) and dependency counts.
-  std::vector<int> pending(num_ops, 0), first(num_ops + 1, 0), succ(edges_.size());
-  for (const auto& [before, after] : edges_) {
-    ++first[before + 1];
-    ++pending[after];
-  }
-  for (int op = 0; op < num_ops; ++op) first[op + 1] += first[op];
-  {
-    std::vector<int> fill(first.begin(), first.end() - 1);
-    for (const auto& [before, after] : edges_) succ[fill[before]++] = after;
-  }
-
-  // Resources: per rank NVLink egress/ingress and NIC egress/ingress ports; per node NIC
-  // egress/ingress pools (used instead of the per-rank NIC ports when nics_per_node > 0).
-  const bool pooled = options_.nics_per_node > 0;
-  std::vector<Resource> resources(4 * num_ranks + 2 * num_nodes);
-  auto nvl_out = [](int rank) { return 4 * rank; };
-  auto nvl_in = [](int rank) { return 4 * rank + 1; };
-  auto nic_out = [&](int rank) {
-    return pooled ? 4 * num_ranks + 2 * cluster_.ranks[rank].node : 4 * rank + 2;
-  };
-  auto nic_in = [&](int rank) {
-    return pooled ? 4 * num_ranks + 2 * cluster_.ranks[rank].node + 1 : 4 * rank + 3;
-  };
-  auto per_nic = [&](int kind_index) { return cluster_.NicPortBandwidth(kind_index) * 1e-9; };
-  for (int rank = 0; rank < num_ranks; ++rank) {
-    const int kind = cluster_.ranks[rank].kind;
-    const double intra = cluster_.kinds[kind].intra_node_bytes_per_second * 1e-9;
-    resources[4 * rank].capacity = resources[4 * rank + 1].capacity = Quantize(intra);
-    resources[4 * rank + 2].capacity = resources[4 * rank + 3].capacity = Quantize(per_nic(kind));
-  }
-  for (int node = 0; node < num_nodes; ++node) {
-    const int64_t pool = Quantize(options_.nics_per_node * per_nic(cluster_.nodes[node].kind));
-    resources[4 * num_ranks + 2 * node].capacity = pool;
-    resources[4 * num_ranks + 2 * node + 1].capacity = pool;
-  }
-
-  EngineResult result;
-  result.ranks.resize(num_ranks);
-  result.timings.resize(num_ops);
-  std::vector<FlowState> flows(num_ops);
-  std::priority_queue<Event, std::vector<Event>, EventAfter> events;
-  uint64_t seq = 0;
-  auto push = [&](int64_t time, int cls, int type, int id, uint32_t version) {
-    events.push(Event{time, cls, seq++, type, id, version});
-  };
-
-  // Per-rank compute streams and accounting.
-  std::vector<
-      std::priority_queue<ReadyCompute, std::vector<ReadyCompute>, std::greater<ReadyCompute>>>
-      ready(num_ranks);
-  std::vector<char> computing(num_ranks, 0);
-  std::vector<int> active_msgs(num_ranks, 0);
-  std::vector<int64_t> last_ns(num_ranks, 0);
-  std::vector<char> dispatch_pending(num_ranks, 0);
-  auto advance = [&](int rank, int64_t now) {
-    const int64_t dt = now - last_ns[rank];
-    if (dt > 0 && active_msgs[rank] > 0) {
-      result.ranks[rank].comm_ns += dt;
-      if (!computing[rank]) result.ranks[rank].comm_exposed_ns += dt;
-    }
-    last_ns[rank] = now;
-  };
-
-  std::vector<int> dirty;
-  bool rebalance_pending = false;
-  auto mark_resource_dirty = [&](int res, int64_t now) {
-    for (int f : resources[res].flows) {
-      if (flows[f].dirty) continue;
-      // Bring the flow up to `now` at its old rate (order independent: rates are constant
-      // between rebalances).
-      FlowState& fs = flows[f];
-      fs.remaining -= static_cast<double>(fs.rate) / kRateUnitsPerBytePerNs *
-                      static_cast<double>(now - fs.last_ns);
-      fs.last_ns = now;
-      fs.dirty = true;
-      dirty.push_back(f);
-    }
-    if (!rebalance_pending) {
-      rebalance_pending = true;
-      push(now, kClassRebalance, kRebalance, -1, 0);
-    }
-  };
-
-  // Max-min fair rates for the dirty flows (progressive filling), with the capacity the other
-  // flows use held fixed. Deterministic: the dirty set is sorted, ties broken by id, integer sums.
-  std::vector<int64_t> residual(resources.size(), 0);
-  std::vector<int> unfrozen(resources.size(), 0), stamp(resources.size(), -1);
-  std::vector<std::vector<int>> members(resources.size());
-  std::vector<uint32_t> res_version(resources.size(), 0);
-  int rebalance_count = 0;
-  auto Rebalance = [&](int64_t now) {
-    ++rebalance_count;
-    std::vector<int> live;
-    for (int f : dirty) {
-      flows[f].dirty = false;
-      if (flows[f].slot[0] >= 0) live.push_back(f);
-    }
-    dirty.clear();
-    std::sort(live.begin(), live.end());
-    std::vector<int> touched;
-    for (int f : live)
-      for (int side = 0; side < 2; ++side) {
-        const int r = flows[f].res[side];
-        if (stamp[r] != rebalance_count) {
-          stamp[r] = rebalance_count;
-          unfrozen[r] = 0;
-          members[r].clear();
-          touched.push_back(r);
-        }
-        resources[r].used -= flows[f].rate;
-        ++unfrozen[r];
-        members[r].push_back(f);
-      }
-    // (level, kind, id, version): kind 0 = resource saturates, 1 = flow reaches its pair cap.
-    using Entry = std::tuple<int64_t, int, int, uint32_t>;
-    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
-    for (int r : touched) {
-      residual[r] = std::max<int64_t>(0, resources[r].capacity - resources[r].used);
-      heap.push({residual[r] / unfrozen[r], 0, r, ++res_version[r]});
-    }
-    for (int f : live) {
-      flows[f].rate = -1;  // unfrozen
-      heap.push({flows[f].cap, 1, f, 0});
-    }
-    auto freeze = [&](int f, int64_t level) {
-      FlowState& fs = flows[f];
-      fs.rate = level;
-      for (int side = 0; side < 2; ++side) {
-        const int r = fs.res[side];
-        residual[r] = std::max<int64_t>(0, residual[r] - level);
-        if (--unfrozen[r] > 0) heap.push({residual[r] / unfrozen[r], 0, r, ++res_version[r]});
-      }
-    };
-    while (!heap.empty()) {
-      const auto [level, kind, id, version] = heap.top();
-      heap.pop();
-      if (kind == 1) {
-        if (flows[id].rate < 0) freeze(id, level);
-        continue;
-      }
-      if (version != res_version[id] || unfrozen[id] == 0) continue;
-      for (int f : members[id])
-        if (flows[f].rate < 0) freeze(f, level);
-    }
-    for (int f : live) {
-      FlowState& fs = flows[f];
-      for (int side = 0; side < 2; ++side) resources[fs.res[side]].used += fs.rate;
-      ++fs.version;
-      if (fs.rate <= 0) continue;  // starved until a flow on its resources changes
-      const double left = std::max(0.0, fs.remaining);
-      const double per_ns = static_cast<double>(fs.rate) / kRateUnitsPerBytePerNs;
-      push(now + std::llround(left / per_ns), kClassDone, kFlowDone, f, fs.version);
-    }
-  };
-
-  std::vector<int> work;
-  int64_t completed = 0;
-  auto schedule_dispatch = [&](int rank, int64_t now) {
-    if (dispatch_pending[rank]) return;
-    dispatch_pending[rank] = 1;
-    push(now, kClassDispatch, kDispatch, rank, 0);
-  };
-  auto make_ready = [&](int op_id, int64_t now) {
-    const Op& op = ops_[op_id];
-    switch (op.kind) {
-      case OpKind::kMarker:
-        result.timings[op_id].start_ns = now;
-        work.push_back(op_id);
-        break;
-      case OpKind::kCompute:
-        ready[op.rank].push({op.priority, op_id});
-        schedule_dispatch(op.rank, now);
-        break;
-      case OpKind::kMessage: {
-        result.timings[op_id].start_ns = now;
-        if (op.bytes <= 0 || op.rank == op.peer) {
-          work.push_back(op_id);
-          break;
-        }
-        FlowState& fs = flows[op_id];
-        fs.remaining = op.bytes;
-        fs.rate = 0;
-        fs.last_ns = now;
-        fs.cap = Quantize(cluster_.Bandwidth(op.rank, op.peer) * 1e-9);
-        fs.latency_ns = std::llround(cluster_.Latency(op.rank, op.peer) * 1e9);
-        if (cluster_.SameNode(op.rank, op.peer)) {
-          fs.res[0] = nvl_out(op.rank);
-          fs.res[1] = nvl_in(op.peer);
-        } else {
-          fs.res[0] = nic_out(op.rank);
-          fs.res[1] = nic_in(op.peer);
-        }
-        for (int side = 0; side < 2; ++side) {
-          mark_resource_dirty(fs.res[side], now);
-          fs.slot[side] = static_cast<int>(resources[fs.res[side]].flows.size());
-          resources[fs.res[side]].flows.push_back(op_id);
-        }
-        if (!fs.dirty) {
-          fs.dirty = true;
-          dirty.push_back(op_id);
-        }
-        for (int rank : {op.rank, op.peer}) {
-          advance(rank, now);
-          ++active_msgs[rank];
-        }
-        break;
-      }
-    }
-  };
-  auto drain = [&](int64_t now) {
-    while (!work.empty()) {
-      const int op_id = work.back();
-      work.pop_back();
-      result.timings[op_id].end_ns = now;
-      ++completed;
-      for (int k = first[op_id]; k < first[op_id + 1]; ++k)
-        if (--pending[succ[k]] == 0) make_ready(succ[k], now);
-    }
-  };
-
-  for (int op = 0; op < num_ops; ++op)
-    if (pending[op] == 0) make_ready(op, 0);
-  drain(0);
-
-  int64_t now = 0;
-  while (!events.empty()) {
-    const Event ev = events.top();
-    events.pop();
-    now = ev.time;
-    ++result.events;
-    switch (ev.type) {
-      case kComputeDone: {
-        const Op& op = ops_[ev.id];
-        advance(op.rank, now);
-        computing[op.rank] = 0;
-        result.ranks[op.rank].busy_ns += op.duration_ns;
-        result.ranks[op.rank].last_end_ns = now;
-        work.push_back(ev.id);
-        drain(now);
-        schedule_dispatch(op.rank, now);
-        break;
-      }
-      case kFlowDone: {
-        FlowState& fs = flows[ev.id];
-        if (ev.version != fs.version || fs.dirty) break;  // stale
-        for (int side = 0; side < 2; ++side) {
-          Resource& res = resources[fs.res[side]];
-          const int slot = fs.slot[side];
-          const int moved = res.flows.back();
-          res.flows[slot] = moved;
-          FlowState& ms = flows[moved];
-          for (int s = 0; s < 2; ++s)
-            if (ms.res[s] == fs.res[side] && ms.slot[s] == static_cast<int>(res.flows.size()) - 1)
-              ms.slot[s] = slot;
-          res.flows.pop_back();
-          fs.slot[side] = -1;
-        }
-        for (int side = 0; side < 2; ++side) resources[fs.res[side]].used -= fs.rate;
-        fs.rate = 0;
-        fs.remaining = 0;
-        ++fs.version;
-        for (int side = 0; side < 2; ++side) mark_resource_dirty(fs.res[side], now);
-        if (fs.latency_ns > 0) {
-          push(now + fs.latency_ns, kClassDone, kDelivered, ev.id, 0);
-        } else {
-          const Op& op = ops_[ev.id];
-          for (int rank : {op.rank, op.peer}) {
-            advance(rank, now);
-            --active_msgs[rank];
-          }
-          work.push_back(ev.id);
-          drain(now);
-        }
-        break;
-      }
-      case kDelivered: {
-        const Op& op = ops_[ev.id];
-        for (int rank : {op.rank, op.peer}) {
-          advance(rank, now);
-          --active_msgs[rank];
-        }
-        work.push_back(ev.id);
-        drain(now);
-        break;
-      }
-      case kRebalance: {
-        rebalance_pending = false;
-        Rebalance(now);
-        break;
-      }
-      case kDispatch: {
-        const int rank = ev.id;
-        dispatch_pending[rank] = 0;
-        if (computing[rank] || ready[rank].empty()) break;
-        const int op_id = ready[rank].top().op;
-        ready[rank].pop();
-        advance(rank, now);
-        computing[rank] = 1;
-        result.timings[op_id].start_ns = now;
-        push(now + ops_[op_id].duration_ns, kClassDone, kComputeDone, op_id, 0);
-        break;
-      }
-    }
-  }
-  HEXISEQ_CHECK(completed == num_ops, "simulation graph has a cycle or a dangling dependency");
-  for (const OpTiming& t : result.timings)
-    result.makespan_ns = std::max(result.makespan_ns, t.end_ns);
-  for (int rank = 0; rank < num_ranks; ++rank) advance(rank, result.makespan_ns);
-  return result;
+EngineResult Engine::RunOnce() {
+  Execution execution(cluster_, options_, ops_, edges_, releases_, &edges_);
+  return execution.Run();
 }
 
 }  // namespace hexiseq::sim

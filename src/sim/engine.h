@@ -27,18 +27,18 @@ namespace hexiseq::sim {
 
 // What an operation is, for the trace and the per-phase breakdown.
 enum class OpLabel : uint8_t {
-  kLinearPre,       // QKV projections (forward) or their backward
-  kLinearPost,      // output projection + MLP (forward) or their backward
-  kRecomputeMlp,    // selective recompute: the MLP forward again
-  kAttention,       // one attention block (queries of the group x keys of one origin group)
-  kAllToAllQkv,     // token -> head layout (Q, K, V); backward: dQ, dK, dV back
-  kAllToAllO,       // head -> token layout (O); backward: dO forward
-  kRingKv,          // sub-ring K/V block to the next group's primary
-  kReplicaKv,       // K/V block from the primary to another member needing the KV head
-  kRingDkv,         // dK/dV accumulator to the next group (or home)
-  kReplicaDkv,      // a replica's partial dK/dV back to its primary
-  kGradSync,        // one step of the gradient ring (reduce-scatter / all-gather)
-  kMarker,          // zero-time join
+  kLinearPre,     // QKV projections (forward) or their backward
+  kLinearPost,    // output projection + MLP (forward) or their backward
+  kRecomputeMlp,  // selective recompute: the MLP forward again
+  kAttention,     // one attention block (queries of the group x keys of one origin group)
+  kAllToAllQkv,   // token -> head layout (Q, K, V); backward: dQ, dK, dV back
+  kAllToAllO,     // head -> token layout (O); backward: dO forward
+  kRingKv,        // sub-ring K/V block to the next group's primary
+  kReplicaKv,     // K/V block from the primary to another member needing the KV head
+  kRingDkv,       // dK/dV accumulator to the next group (or home)
+  kReplicaDkv,    // a replica's partial dK/dV back to its primary
+  kGradSync,      // one step of the gradient ring (reduce-scatter / all-gather)
+  kMarker,        // zero-time join
 };
 const char* OpLabelName(OpLabel label);
 
@@ -51,10 +51,10 @@ struct Op {
   OpKind kind = OpKind::kMarker;
   OpLabel label = OpLabel::kMarker;
   Pass pass = Pass::kForward;
-  int32_t rank = 0;      // compute: the rank; message: the sender; marker: the rank it joins for
-  int32_t peer = -1;     // message: the receiver
-  int32_t arg = -1;      // attention: origin group; ring: origin group; grad sync: step
-  int32_t layer = 0;     // explicit layer index
+  int32_t rank = 0;         // compute: the rank; message: the sender; marker: the rank it joins for
+  int32_t peer = -1;        // message: the receiver
+  int32_t arg = -1;         // attention: origin group; ring: origin group; grad sync: step
+  int32_t layer = 0;        // explicit layer index
   int64_t duration_ns = 0;  // compute
   double bytes = 0;         // message
   uint64_t priority = 0;    // compute: smaller runs first among ready ops of the rank
@@ -89,20 +89,28 @@ class Engine {
  public:
   Engine(const Cluster& cluster, EngineOptions options = {});
 
-  int Add(const Op& op);                 // returns the op id
-  void Depend(int before, int after);    // `after` starts only when `before` is done
+  int Add(const Op& op);               // returns the op id
+  void Depend(int before, int after);  // `after` starts only when `before` is done
+  void ReleaseAt(int op, int64_t ns);  // `op` starts no earlier than `ns`
+  // Room for `more_ops` ops and `more_edges` dependencies beyond those added so far.
+  void Reserve(int64_t more_ops, int64_t more_edges);
   const std::vector<Op>& ops() const { return ops_; }
   const std::vector<std::pair<int, int>>& edges() const { return edges_; }
 
   // Runs the graph from time 0. REQUIRES: acyclic (checked: a cycle is a bug in the graph
   // builder and fails an assertion).
   EngineResult Run() const;
+  // The same run, for a graph that is not run again: the dependency list is freed once the run
+  // has its own successor lists, so the peak memory holds the edges once (edges() is empty
+  // afterwards).
+  EngineResult RunOnce();
 
  private:
   Cluster cluster_;
   EngineOptions options_;
   std::vector<Op> ops_;
   std::vector<std::pair<int, int>> edges_;
+  std::vector<std::pair<int, int64_t>> releases_;
 };
 
 }  // namespace hexiseq::sim

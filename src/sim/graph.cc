@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <tuple>
 
 #include "plan/layer_schedule.h"
@@ -32,12 +33,27 @@ void SortByOrigin(std::vector<OriginOps>& per_rank) {
 // backward, parameterised by the schedule's direction.
 class Builder {
  public:
-  Builder(const Plan& plan, const CostModel& cost, const GraphOptions& options, Engine& engine)
-      : plan_(plan), cost_(cost), options_(options), engine_(engine) {}
+  Builder(const Plan& plan, const CostModel& cost, const GraphOptions& options)
+      : plan_(plan), cost_(cost), options_(options) {
+    Setup();
+  }
 
-  LayerGraph Build();
+  // The passes of the explicit layers in training order: F1..Fk, then per layer from the last
+  // (R) B.
+  int num_passes() const { return static_cast<int>(passes_.size()); }
+  // Adds pass `index` to `engine`. With `start_ns`, each active rank's first op waits until
+  // start_ns[rank] (the pass runs in an engine of its own); else it follows the rank's last op of
+  // the previous pass added to the same engine.
+  PassMarks AddPass(int index, Engine& engine, const std::vector<int64_t>* start_ns);
+  LayerGraph Summary() const;
 
  private:
+  struct PassSpec {
+    Direction direction;
+    sim::Pass pass;
+    int layer;
+  };
+  void Setup();
   // Per rank during one pass: the op each phase ends with (-1: none).
   struct PassOps {
     std::vector<int> before;           // GEMMs before the inbound all-to-all
@@ -52,10 +68,11 @@ class Builder {
   int Message(OpLabel label, int from, int to, double bytes, int arg = -1);
   int Marker(int rank);
   void Dep(int before, int after) {
-    if (before >= 0) engine_.Depend(before, after);
+    if (before >= 0) engine_->Depend(before, after);
   }
 
   void BuildPass(Direction direction, PassMarks& marks);
+  void ReserveForPass(Direction direction);
   void GemmsBefore(Direction direction, PassOps& ops);
   void AllToAll(Direction direction, bool inbound, PassOps& ops);
   void KvMessages(Direction direction, PassOps& ops);
@@ -72,6 +89,8 @@ class Builder {
     }
   };
   void SendInOrderPerLink(std::vector<LinkSend>& sends);
+  void JoinLastPerLink(const std::vector<LinkSend>& sorted, const std::vector<int>& ring_done,
+                       bool receiver_too);
   std::vector<LinkSend> kv_sends_;  // this pass's K/V sends
 
   double GemmSeconds(int rank, double params) const {
@@ -92,7 +111,8 @@ class Builder {
   const Plan& plan_;
   const CostModel& cost_;
   const GraphOptions& options_;
-  Engine& engine_;
+  Engine* engine_ = nullptr;
+  std::vector<PassSpec> passes_;
   double qkv_params_ = 0, post_params_ = 0, mlp_params_ = 0;
 
   LayerSchedule schedule_;
@@ -116,7 +136,7 @@ int Builder::Compute(OpLabel label, int rank, double seconds, uint64_t priority,
   op.duration_ns = Ns(seconds);
   op.priority = priority;
   op.kind = op.duration_ns > 0 ? OpKind::kCompute : OpKind::kMarker;
-  return engine_.Add(op);
+  return engine_->Add(op);
 }
 
 int Builder::Message(OpLabel label, int from, int to, double bytes, int arg) {
@@ -129,7 +149,7 @@ int Builder::Message(OpLabel label, int from, int to, double bytes, int arg) {
   op.peer = to;
   op.bytes = bytes;
   op.arg = arg;
-  return engine_.Add(op);
+  return engine_->Add(op);
 }
 
 int Builder::Marker(int rank) {
@@ -137,7 +157,7 @@ int Builder::Marker(int rank) {
   op.pass = pass_;
   op.layer = layer_;
   op.rank = rank;
-  return engine_.Add(op);
+  return engine_->Add(op);
 }
 
 int Builder::FindOp(const OriginOps& ops, int origin) {
@@ -245,7 +265,22 @@ void Builder::SendInOrderPerLink(std::vector<LinkSend>& sends) {
     const LinkSend& previous = sends[index - 1];
     const LinkSend& current = sends[index];
     if (previous.from == current.from && previous.to == current.to)
-      engine_.Depend(previous.op, current.op);
+      engine_->Depend(previous.op, current.op);
+  }
+}
+
+// The ring phase of a rank ends after its sends have left (and, with `receiver_too`, after what
+// it receives): each link's sends are chained in order, so only the last one of a link needs the
+// join. REQUIRES: `sorted` sorted by SendInOrderPerLink.
+void Builder::JoinLastPerLink(const std::vector<LinkSend>& sorted,
+                              const std::vector<int>& ring_done, bool receiver_too) {
+  for (size_t index = 0; index < sorted.size(); ++index) {
+    const LinkSend& send = sorted[index];
+    const bool last = index + 1 == sorted.size() || sorted[index + 1].from != send.from ||
+                      sorted[index + 1].to != send.to;
+    if (!last) continue;
+    Dep(send.op, ring_done[send.from]);
+    if (receiver_too) Dep(send.op, ring_done[send.to]);
   }
 }
 
@@ -290,10 +325,14 @@ void Builder::AttentionOps(Direction direction, PassOps& ops) {
 }
 
 // Backward: each replica's dK/dV partial goes to its primary after its attention on the block;
-// the primary sums them with its own and returns one message to the owner's primary. Each goes
-// as soon as it is ready (to different peers, so they share only the rank's ports).
+// the primary sums them with its own (and, along the chain, with the previous group's sum) and
+// sends one message where the schedule's route says. Sums a rank sends over one link leave in the
+// order it computes them (one channel per peer, as for K/V).
 void Builder::DkvMessages(PassOps& ops) {
   std::vector<int> partials;
+  std::vector<LinkSend> sends;
+  int feeding_return = -1;  // the previous hop's sum of the current (segment, origin)
+  const int ring_groups = schedule_.num_ring_groups();
   for (const RingMessage& message : dkv_messages_) {
     const int computed = FindOp(ops.attention[message.source_rank], message.origin);
     HEXISEQ_CHECK(computed >= 0, "a dK/dV message from a rank that did not compute the block");
@@ -311,9 +350,14 @@ void Builder::DkvMessages(PassOps& ops) {
     Dep(computed, op);
     for (int partial : partials) Dep(partial, op);
     partials.clear();
-    Dep(op, ops.ring_done[message.dest_rank]);
-    Dep(op, ops.ring_done[message.source_rank]);
+    if (schedule_.DkvFeeder(message.hop) >= 0) Dep(feeding_return, op);
+    feeding_return = op;
+    const int ring_pos = schedule_.chains[message.origin].hops[message.hop].ring_pos;
+    sends.push_back({message.source_rank, message.dest_rank,
+                     (ring_pos - message.origin + ring_groups) % ring_groups, op});
   }
+  SendInOrderPerLink(sends);
+  JoinLastPerLink(sends, ops.ring_done, /*receiver_too=*/true);
 }
 
 // Forward: output projection + MLP. Backward: the QKV GEMMs' backward.
@@ -329,7 +373,42 @@ void Builder::GemmsAfter(Direction direction, PassOps& ops) {
   }
 }
 
+// An estimate of the ops and dependencies one pass adds, so that the engine's arrays grow once:
+// per all-to-all piece one message and two edges; per K/V block or copy two edges (its
+// predecessor, the link order; the ring-end joins are per link); per dK/dV partial four (its
+// block, the ring end, the link order, the sum waiting for it); per sum three (its block, the
+// feeder, the link order); per attention op its arrivals and two joins; a few GEMMs, markers and
+// per-link joins per rank.
+void Builder::ReserveForPass(Direction direction) {
+  constexpr int64_t kOpsPerRank = 8, kEdgesPerRank = 12, kEdgesPerKv = 2, kEdgesPerPartial = 4,
+                    kEdgesPerSum = 3, kEdgesPerAttention = 3;
+  const bool backward = direction == Direction::kBackward;
+  int64_t ops = 0, edges = 0;
+  for (bool inbound : {true, false})
+    ForEachAllToAllPiece(schedule_, direction, inbound, [&](int, int, int64_t) {
+      ops += 1;
+      edges += 2;
+    });
+  for (const KvSegment& segment : schedule_.segments)
+    for (const BlockChain& chain : schedule_.chains)
+      for (const ChainHop& hop : chain.hops) {
+        const int64_t holders = static_cast<int64_t>(segment.holders[hop.ring_pos].size());
+        ops += backward ? 2 * holders : holders;
+        edges += kEdgesPerKv * holders +
+                 (backward ? kEdgesPerPartial * (holders - 1) + kEdgesPerSum : 0);
+      }
+  for (int ring_pos = 0; ring_pos < schedule_.num_ring_groups(); ++ring_pos) {
+    const int64_t attention = static_cast<int64_t>(schedule_.RingGroup(ring_pos).ranks.size()) *
+                              (1 + static_cast<int64_t>(visiting_[ring_pos].size()));
+    ops += attention;
+    edges += kEdgesPerAttention * attention;
+  }
+  const int64_t ranks = static_cast<int64_t>(ActiveRanks().size());
+  engine_->Reserve(ops + kOpsPerRank * ranks, edges + kEdgesPerRank * ranks);
+}
+
 void Builder::BuildPass(Direction direction, PassMarks& marks) {
+  ReserveForPass(direction);
   PassOps ops;
   for (std::vector<int>* per_rank : {&ops.before, &ops.local_in, &ops.ring_done, &ops.local_out})
     per_rank->assign(num_ranks_, -1);
@@ -344,23 +423,26 @@ void Builder::BuildPass(Direction direction, PassMarks& marks) {
   AttentionOps(direction, ops);
   // A rank's ring phase ends when its own sends have left too (the runtime waits on them before
   // reusing the buffers), so the next pass never shares a link with this one's backlog.
-  for (const LinkSend& send : kv_sends_) Dep(send.op, ops.ring_done[send.from]);
+  JoinLastPerLink(kv_sends_, ops.ring_done, /*receiver_too=*/false);
   if (direction == Direction::kBackward) DkvMessages(ops);
   AllToAll(direction, /*inbound=*/false, ops);
   GemmsAfter(direction, ops);
+  // This pass's message lists are not needed while the engine runs.
+  std::vector<LinkSend>().swap(kv_sends_);
+  std::vector<RingMessage>().swap(dkv_messages_);
   marks.local_in = std::move(ops.local_in);
   marks.ring_done = std::move(ops.ring_done);
   marks.end.assign(num_ranks_, -1);
   for (int rank : ActiveRanks()) marks.end[rank] = prev_end_[rank];
 }
 
-LayerGraph Builder::Build() {
+void Builder::Setup() {
   const ModelSpec& model = cost_.model();
   ScheduleSizes sizes;
   sizes.head_dim = model.head_dim;
   sizes.element_bytes = cost_.workload().bytes_per_element;
   sizes.lse_bytes = kLseBytes;
-  auto schedule = BuildLayerSchedule(plan_, sizes);
+  auto schedule = BuildLayerSchedule(plan_, sizes, options_.dkv_route);
   HEXISEQ_CHECK(schedule.has_value(), "a validated plan has a layer schedule");
   schedule_ = std::move(*schedule);
   num_ranks_ = cost_.cluster().num_ranks();
@@ -372,33 +454,39 @@ LayerGraph Builder::Build() {
     active_ranks_.insert(active_ranks_.end(), group.ranks.begin(), group.ranks.end());
     visiting_.push_back(schedule_.VisitingOrigins(ring_pos));
   }
-
-  LayerGraph graph;
-  graph.num_segments = static_cast<int>(schedule_.segments.size());
   prev_end_.assign(num_ranks_, -1);
   const int layers = std::max(1, options_.explicit_layers);
   const bool full = cost_.workload().recompute == Recompute::kFull;
-  for (int layer = 0; layer < layers; ++layer) {
-    pass_ = sim::Pass::kForward;
-    layer_ = layer;
-    graph.passes.emplace_back();
-    BuildPass(Direction::kForward, graph.passes.back());
-    ++pass_index_;
-  }
+  for (int layer = 0; layer < layers; ++layer)
+    passes_.push_back({Direction::kForward, sim::Pass::kForward, layer});
   for (int layer = layers - 1; layer >= 0; --layer) {
-    layer_ = layer;
-    if (full) {
-      pass_ = sim::Pass::kRecompute;
-      graph.passes.emplace_back();
-      BuildPass(Direction::kForward, graph.passes.back());
-      ++pass_index_;
-    }
-    pass_ = sim::Pass::kBackward;
-    graph.passes.emplace_back();
-    BuildPass(Direction::kBackward, graph.passes.back());
-    ++pass_index_;
+    if (full) passes_.push_back({Direction::kForward, sim::Pass::kRecompute, layer});
+    passes_.push_back({Direction::kBackward, sim::Pass::kBackward, layer});
   }
+}
+
+PassMarks Builder::AddPass(int index, Engine& engine, const std::vector<int64_t>* start_ns) {
+  engine_ = &engine;
+  const PassSpec& spec = passes_[index];
+  pass_ = spec.pass;
+  layer_ = spec.layer;
+  pass_index_ = index;
+  if (start_ns != nullptr) {
+    for (int rank : ActiveRanks()) {
+      prev_end_[rank] = Marker(rank);
+      engine.ReleaseAt(prev_end_[rank], (*start_ns)[rank]);
+    }
+  }
+  PassMarks marks;
+  BuildPass(spec.direction, marks);
+  return marks;
+}
+
+LayerGraph Builder::Summary() const {
+  LayerGraph graph;
+  graph.num_segments = static_cast<int>(schedule_.segments.size());
   graph.head_seconds.assign(num_ranks_, 0);
+  const ModelSpec& model = cost_.model();
   const double head_params = static_cast<double>(model.vocab) * model.hidden;
   for (int rank : ActiveRanks())
     graph.head_seconds[rank] =
@@ -408,10 +496,31 @@ LayerGraph Builder::Build() {
 
 }  // namespace
 
+struct LayerGraphBuilder::Impl {
+  Impl(const Plan& plan, const CostModel& cost, const GraphOptions& options)
+      : options(options), builder(plan, cost, this->options) {}
+  GraphOptions options;
+  Builder builder;
+};
+
+LayerGraphBuilder::LayerGraphBuilder(const Plan& plan, const CostModel& cost,
+                                     const GraphOptions& options)
+    : impl_(std::make_unique<Impl>(plan, cost, options)) {}
+LayerGraphBuilder::~LayerGraphBuilder() = default;
+int LayerGraphBuilder::num_passes() const { return impl_->builder.num_passes(); }
+PassMarks LayerGraphBuilder::AddPass(int index, Engine& engine,
+                                     const std::vector<int64_t>& start_ns) {
+  return impl_->builder.AddPass(index, engine, &start_ns);
+}
+LayerGraph LayerGraphBuilder::Summary() const { return impl_->builder.Summary(); }
+
 LayerGraph BuildLayerGraph(const Plan& plan, const CostModel& cost, const GraphOptions& options,
                            Engine& engine) {
-  Builder builder(plan, cost, options, engine);
-  return builder.Build();
+  Builder builder(plan, cost, options);
+  LayerGraph graph = builder.Summary();
+  for (int index = 0; index < builder.num_passes(); ++index)
+    graph.passes.push_back(builder.AddPass(index, engine, nullptr));
+  return graph;
 }
 
 namespace {

@@ -6,22 +6,25 @@
 // attention on the diagonal block while K/V blocks follow their chains (primary to primary,
 // forwarded as soon as received, copied to replicas) -> one attention op per visiting block ->
 // all-to-all (O, LSE) -> O + MLP GEMMs. Backward is the same pass in the other direction; each
-// group's dK/dV of a block (replicas' partials summed at the primary) returns straight to the
-// block's owner.
+// group's dK/dV of a block (replicas' partials summed at the primary) follows the schedule's
+// route (LayerSchedule::DkvTarget), sums over one link leaving in the order they are computed.
 // Ignored: norms/RoPE/softmax FLOPs, optimizer step, memory allocation (the cost model's
 // memory figures decide feasibility).
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "cost/cost_model.h"
+#include "plan/layer_schedule.h"
 #include "plan/plan.h"
 #include "sim/engine.h"
 
 namespace hexiseq::sim {
 
 struct GraphOptions {
-  int explicit_layers = 1;  // layers built explicitly; the iteration scales them
+  int explicit_layers = 1;         // layers built explicitly; the iteration scales them
+  DkvRoute dkv_route = kDkvRoute;  // the schedule's policy; the other only to measure the choice
 };
 
 // Per pass, per rank: the ops that end the pass's phases (-1 for ranks without work).
@@ -40,10 +43,31 @@ struct LayerGraph {
   int num_segments = 0;              // KV segments after merging heads with equal ownership
 };
 
+// All passes of the explicit layers in one engine, each rank's pass after its previous one.
 // REQUIRES: Validate(plan, cost.cluster(), cost.model()) succeeded; engine is empty and uses
 // cost.cluster().
 LayerGraph BuildLayerGraph(const Plan& plan, const CostModel& cost, const GraphOptions& options,
                            Engine& engine);
+
+// The same passes (the same operations and messages), one engine per pass, so that only one
+// pass is held at a time (the simulator's path at scale). Pass `index` (training order: F1..Fk,
+// then from the last layer (R) B) starts on each active rank at start_ns[rank], the previous
+// pass's end there. What this leaves out: a pass's last outbound all-to-all messages still in
+// flight when a rank starts the next pass no longer share ports with it.
+// REQUIRES: as BuildLayerGraph; plan and cost outlive the builder.
+class LayerGraphBuilder {
+ public:
+  LayerGraphBuilder(const Plan& plan, const CostModel& cost, const GraphOptions& options);
+  ~LayerGraphBuilder();
+  int num_passes() const;
+  // REQUIRES: engine empty; start_ns has one entry per rank.
+  PassMarks AddPass(int index, Engine& engine, const std::vector<int64_t>& start_ns);
+  LayerGraph Summary() const;  // head_seconds and num_segments; no passes
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
 
 // One reduce-scatter pass of one layer's gradient bucket, the cost model's hierarchical
 // algorithm (CostModel::GradSyncPassSeconds) message by message: a ring inside every node, a

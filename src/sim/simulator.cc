@@ -13,19 +13,79 @@ int64_t EndOf(const std::vector<OpTiming>& timings, int op) {
   return op >= 0 ? timings[op].end_ns : 0;
 }
 
-// Per explicit layer, the slowest rank's selective-recompute op, summed over layers.
-double SelectiveRecomputeSeconds(const std::vector<Op>& ops, const std::vector<OpTiming>& timings) {
-  std::vector<int64_t> slowest_by_layer;
-  for (size_t id = 0; id < ops.size(); ++id) {
-    if (ops[id].label != OpLabel::kRecomputeMlp) continue;
-    const size_t layer = static_cast<size_t>(ops[id].layer);
-    if (slowest_by_layer.size() <= layer) slowest_by_layer.resize(layer + 1, 0);
-    slowest_by_layer[layer] =
-        std::max(slowest_by_layer[layer], timings[id].end_ns - timings[id].start_ns);
+// One pass's figures, read from its engine run before the engine is dropped.
+struct PassFigures {
+  Pass pass = Pass::kForward;
+  int64_t local_in_ns = 0;   // slowest rank: head layout ready
+  int64_t ring_done_ns = 0;  // slowest rank: attention (and dK/dV) done
+  int64_t end_ns = 0;        // slowest rank: pass done
+  int64_t selective_ns = 0;  // slowest rank's selective-recompute op
+};
+
+PassFigures ReadPass(const PassMarks& marks, const std::vector<Op>& ops, const EngineResult& run) {
+  PassFigures figures;
+  figures.pass = marks.pass;
+  for (size_t rank = 0; rank < marks.end.size(); ++rank) {
+    figures.local_in_ns = std::max(figures.local_in_ns, EndOf(run.timings, marks.local_in[rank]));
+    figures.ring_done_ns =
+        std::max(figures.ring_done_ns, EndOf(run.timings, marks.ring_done[rank]));
+    figures.end_ns = std::max(figures.end_ns, EndOf(run.timings, marks.end[rank]));
   }
-  int64_t total = 0;
-  for (int64_t ns : slowest_by_layer) total += ns;
-  return Seconds(total);
+  for (size_t id = 0; id < ops.size(); ++id)
+    if (ops[id].label == OpLabel::kRecomputeMlp)
+      figures.selective_ns =
+          std::max(figures.selective_ns, run.timings[id].end_ns - run.timings[id].start_ns);
+  return figures;
+}
+
+// The explicit layers, one engine per pass (LayerGraphBuilder): per-rank statistics summed over
+// the passes, each pass's figures, and (keep_timeline) every op with its timing.
+struct LayerRun {
+  int64_t makespan_ns = 0;
+  int64_t events = 0, messages = 0, compute_ops = 0;
+  std::vector<RankStats> ranks;
+  std::vector<PassFigures> passes;
+  std::vector<char> active;  // per rank: has work in some pass
+  std::vector<Op> ops;       // keep_timeline only
+  std::vector<OpTiming> timings;
+};
+
+LayerRun RunLayers(LayerGraphBuilder& builder, const Cluster& cluster,
+                   const EngineOptions& engine_options, bool keep_timeline) {
+  const int num_ranks = cluster.num_ranks();
+  LayerRun out;
+  out.ranks.resize(num_ranks);
+  out.active.assign(num_ranks, 0);
+  std::vector<int64_t> start_ns(num_ranks, 0);
+  for (int index = 0; index < builder.num_passes(); ++index) {
+    Engine engine(cluster, engine_options);
+    const PassMarks marks = builder.AddPass(index, engine, start_ns);
+    const EngineResult run = engine.RunOnce();
+    out.passes.push_back(ReadPass(marks, engine.ops(), run));
+    out.makespan_ns = std::max(out.makespan_ns, run.makespan_ns);
+    out.events += run.events;
+    for (const Op& op : engine.ops()) {
+      out.messages += op.kind == OpKind::kMessage ? 1 : 0;
+      out.compute_ops += op.kind == OpKind::kCompute ? 1 : 0;
+    }
+    for (int rank = 0; rank < num_ranks; ++rank) {
+      RankStats& total = out.ranks[rank];
+      const RankStats& pass = run.ranks[rank];
+      total.busy_ns += pass.busy_ns;
+      total.comm_ns += pass.comm_ns;
+      total.comm_exposed_ns += pass.comm_exposed_ns;
+      total.last_end_ns = std::max(total.last_end_ns, pass.last_end_ns);
+      if (marks.end[rank] >= 0) {
+        start_ns[rank] = run.timings[marks.end[rank]].end_ns;
+        out.active[rank] = 1;
+      }
+    }
+    if (keep_timeline) {
+      out.ops.insert(out.ops.end(), engine.ops().begin(), engine.ops().end());
+      out.timings.insert(out.timings.end(), run.timings.begin(), run.timings.end());
+    }
+  }
+  return out;
 }
 
 }  // namespace
@@ -49,11 +109,12 @@ Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOpt
   engine_options.nics_per_node = options.nics_per_node;
 
   // The explicit layers.
-  Engine layer_engine(cluster, engine_options);
   GraphOptions graph_options;
   graph_options.explicit_layers = options.explicit_layers;
-  const LayerGraph graph = BuildLayerGraph(plan, cost, graph_options, layer_engine);
-  EngineResult layer_run = layer_engine.Run();
+  graph_options.dkv_route = options.dkv_route;
+  LayerGraphBuilder builder(plan, cost, graph_options);
+  const LayerGraph graph = builder.Summary();
+  LayerRun layer_run = RunLayers(builder, cluster, engine_options, options.keep_timeline);
 
   // One gradient bucket.
   Engine sync_engine(cluster, engine_options);
@@ -80,10 +141,8 @@ Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOpt
   out.tokens_per_second = batch * static_cast<double>(workload.seq_len) / out.iteration_seconds;
   out.events = layer_run.events + sync_run.events;
   out.segments = graph.num_segments;
-  for (const Op& op : layer_engine.ops()) {
-    if (op.kind == OpKind::kMessage) ++out.messages;
-    if (op.kind == OpKind::kCompute) ++out.compute_ops;
-  }
+  out.messages = layer_run.messages;
+  out.compute_ops = layer_run.compute_ops;
   for (const Op& op : sync_engine.ops())
     if (op.kind == OpKind::kMessage) ++out.messages;
 
@@ -95,9 +154,7 @@ Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOpt
     SimRank r;
     r.rank = rank;
     r.device = cluster.device(rank).name;
-    r.active = graph.head_seconds[rank] > 0 ||
-               std::any_of(graph.passes.begin(), graph.passes.end(),
-                           [&](const PassMarks& m) { return m.end[rank] >= 0; });
+    r.active = graph.head_seconds[rank] > 0 || layer_run.active[rank];
     const RankStats& ls = layer_run.ranks[rank];
     const RankStats& ss = sync_run.ranks[rank];
     r.busy_seconds = batch * (scale * Seconds(ls.busy_ns) + graph.head_seconds[rank]);
@@ -112,28 +169,22 @@ Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOpt
   // Terms against the cost model: per pass, the slowest rank's progress marks.
   double local = 0, ring = 0, recompute = 0;
   int64_t prev_end = 0;
-  for (const PassMarks& marks : graph.passes) {
-    int64_t in = 0, ring_end = 0, end = 0;
-    for (int rank = 0; rank < num_ranks; ++rank) {
-      in = std::max(in, EndOf(layer_run.timings, marks.local_in[rank]));
-      ring_end = std::max(ring_end, EndOf(layer_run.timings, marks.ring_done[rank]));
-      end = std::max(end, EndOf(layer_run.timings, marks.end[rank]));
-    }
-    const double total = Seconds(std::max<int64_t>(0, end - prev_end));
-    const double ring_part = std::min(total, Seconds(std::max<int64_t>(0, ring_end - in)));
-    if (marks.pass == Pass::kRecompute) {
+  for (const PassFigures& pass : layer_run.passes) {
+    const double total = Seconds(std::max<int64_t>(0, pass.end_ns - prev_end));
+    const double ring_part =
+        std::min(total, Seconds(std::max<int64_t>(0, pass.ring_done_ns - pass.local_in_ns)));
+    if (pass.pass == Pass::kRecompute) {
       recompute += total;
     } else {
       ring += ring_part;
       local += total - ring_part;
     }
-    prev_end = end;
+    // Selective recompute runs the MLP forward at the start of each backward pass: its slowest
+    // rank's op is the recompute term, not part of the local phase.
+    recompute += Seconds(pass.selective_ns);
+    local -= Seconds(pass.selective_ns);
+    prev_end = pass.end_ns;
   }
-  // Selective recompute runs the MLP forward at the start of each backward pass: its slowest
-  // rank's op is the recompute term, not part of the local phase.
-  const double selective = SelectiveRecomputeSeconds(layer_engine.ops(), layer_run.timings);
-  recompute += selective;
-  local -= selective;
   const double per_iteration = batch * scale;
   out.terms = {
       {"local (linear + all-to-all)", predicted.local_seconds, per_iteration * local},
@@ -144,7 +195,7 @@ Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOpt
   };
 
   if (options.keep_timeline) {
-    out.timeline.layer_ops = layer_engine.ops();
+    out.timeline.layer_ops = std::move(layer_run.ops);
     out.timeline.layer_timings = std::move(layer_run.timings);
     out.timeline.sync_ops = sync_engine.ops();
     out.timeline.sync_timings = std::move(sync_run.timings);

@@ -3,7 +3,8 @@
 // tokens/s and per-rank busy/idle/communication figures.
 //
 // Scaling: `explicit_layers` layers (default 1) are simulated forward, recompute and backward
-// with every message and attention block; the iteration is
+// with every message and attention block, each pass in an engine of its own (LayerGraphBuilder),
+// so only one pass's operations are held at a time; the iteration is
 //   batch x (layers / explicit_layers x T_layers + T_lm_head) + exposed gradient sync,
 // where the gradient sync of one layer's bucket is simulated as a ring over all ranks and the
 // whole sync (layers x bucket, per sequence under ZeRO-3) overlaps the iteration except its last
@@ -27,6 +28,8 @@ struct SimOptions {
   int explicit_layers = 1;     // layers simulated explicitly (1..model layers)
   int nics_per_node = 0;       // 0: one NIC per GPU; k: the node's GPUs share k NICs
   bool keep_timeline = false;  // keep every op's timing (needed for the trace)
+  // The schedule's dK/dV route; the default is the policy, the other is for measuring the choice.
+  DkvRoute dkv_route = kDkvRoute;
 };
 
 struct SimRank {

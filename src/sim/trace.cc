@@ -33,9 +33,9 @@ class Writer {
 
   void Metadata() {
     for (const NodeInfo& node : cluster_.nodes) {
-      Meta("process_name", node.node, 0,
-           "node " + std::to_string(node.node) + " (" + cluster_.kinds[node.kind].device.name +
-               ")");
+      Meta(
+          "process_name", node.node, 0,
+          "node " + std::to_string(node.node) + " (" + cluster_.kinds[node.kind].device.name + ")");
       Meta("process_sort_index", node.node, 0, "", node.node);
       for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank)
         Meta("thread_name", node.node, rank,
@@ -69,7 +69,9 @@ class Writer {
           OpName(op), "comm", args);
   }
 
-  std::string Finish() { return "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n" + out_ + "\n]}\n"; }
+  std::string Finish() {
+    return "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n" + out_ + "\n]}\n";
+  }
 
  private:
   void Separator() {
@@ -77,20 +79,20 @@ class Writer {
   }
   void Meta(const char* what, int pid, int tid, const std::string& name, int sort = -1) {
     Separator();
-    out_ += "{\"ph\":\"M\",\"name\":\"" + std::string(what) + "\",\"pid\":" +
-            std::to_string(pid) + ",\"tid\":" + std::to_string(tid) + ",\"args\":{";
+    out_ += "{\"ph\":\"M\",\"name\":\"" + std::string(what) + "\",\"pid\":" + std::to_string(pid) +
+            ",\"tid\":" + std::to_string(tid) + ",\"args\":{";
     if (sort >= 0)
       out_ += "\"sort_index\":" + std::to_string(sort);
     else
       out_ += "\"name\":\"" + name + "\"";
     out_ += "}}";
   }
-  void Event(int pid, int tid, int64_t start, int64_t dur, const std::string& name,
-             const char* cat, const std::string& args) {
+  void Event(int pid, int tid, int64_t start, int64_t dur, const std::string& name, const char* cat,
+             const std::string& args) {
     Separator();
-    out_ += "{\"ph\":\"X\",\"name\":\"" + name + "\",\"cat\":\"" + cat + "\",\"pid\":" +
-            std::to_string(pid) + ",\"tid\":" + std::to_string(tid) + ",\"ts\":" + Micros(start) +
-            ",\"dur\":" + Micros(dur) + ",\"args\":" + args + "}";
+    out_ += "{\"ph\":\"X\",\"name\":\"" + name + "\",\"cat\":\"" + cat +
+            "\",\"pid\":" + std::to_string(pid) + ",\"tid\":" + std::to_string(tid) +
+            ",\"ts\":" + Micros(start) + ",\"dur\":" + Micros(dur) + ",\"args\":" + args + "}";
   }
 
   const Cluster& cluster_;

@@ -143,8 +143,21 @@ TEST(LayerSchedule, ContiguousRingSendsEachBlockOnlyForward) {
   }
   EXPECT_EQ(sent, (std::vector<int64_t>{block, 2 * block, 3 * block, 0}));
   EXPECT_EQ(received, (std::vector<int64_t>{0, block, 2 * block, 3 * block}));
+  // Along the chain (the policy): block 0's sum goes 1 -> 2 -> 3 -> 0, block 1's 2 -> 3 -> 1,
+  // block 2's 3 -> 2.
+  EXPECT_EQ(returned, (std::vector<int64_t>{block, block, 2 * block, 2 * block}));
+  std::vector<int64_t> returns_sent;
+  for (int rank = 0; rank < 4; ++rank) returns_sent.push_back(backward.dkv_return[rank].sent);
+  EXPECT_EQ(returns_sent, (std::vector<int64_t>{0, block, 2 * block, 3 * block}));
   // Direct return: the owner of block j gets one dK/dV message from each group that used it.
-  EXPECT_EQ(returned, (std::vector<int64_t>{3 * block, 2 * block, block, 0}));
+  auto direct = BuildLayerSchedule(plan, Fp32Sizes(8), DkvRoute::kDirectToOwner);
+  ASSERT_TRUE(direct);
+  const PhaseBytes direct_backward = BytesPerRank(*direct, Direction::kBackward);
+  std::vector<int64_t> direct_returned;
+  for (int rank = 0; rank < 4; ++rank) {
+    direct_returned.push_back(direct_backward.dkv_return[rank].received);
+  }
+  EXPECT_EQ(direct_returned, (std::vector<int64_t>{3 * block, 2 * block, block, 0}));
   // One group per rank: no all-to-all traffic.
   for (int rank = 0; rank < 4; ++rank) EXPECT_EQ(forward.inbound_alltoall[rank], RankBytes{});
 }

@@ -142,3 +142,123 @@ TEST(ScheduleAgreement, CostModelAllToAllBytesAreTheSchedules) {
 
 }  // namespace
 }  // namespace hexiseq::sim
+
+#include <map>
+
+#include "sched/baselines.h"
+
+namespace hexiseq::sim {
+namespace {
+
+// The cost model's closed-form sub-ring bytes per rank (CostModel::RingBytesPerRank, from
+// GroupChainTraffic, what its ring term charges) equal the schedule's per-rank K/V and dK/dV
+// bytes, forward and backward: random uneven plans (contiguous groups, replicas, MHA rings with
+// several primaries per group) and the zigzag baselines (ring, usp, hetero-ring).
+void ExpectRingBytesMatch(const Plan& plan, const CostModel& cost, const std::string& where) {
+  ScheduleSizes sizes;
+  sizes.head_dim = cost.model().head_dim;
+  sizes.element_bytes = cost.workload().bytes_per_element;
+  sizes.lse_bytes = kFp32Bytes;
+  auto schedule = BuildLayerSchedule(plan, sizes);
+  ASSERT_TRUE(schedule.has_value()) << where;
+  for (Direction direction : {Direction::kForward, Direction::kBackward}) {
+    const bool backward = direction == Direction::kBackward;
+    const PhaseBytes scheduled = BytesPerRank(*schedule, direction);
+    const std::vector<CostModel::RingRankBytes> modelled = cost.RingBytesPerRank(plan, backward);
+    for (int rank = 0; rank < plan.num_ranks; ++rank) {
+      const std::string at =
+          where + (backward ? " backward" : " forward") + " rank " + std::to_string(rank);
+      EXPECT_EQ(static_cast<int64_t>(modelled[rank].kv_sent), scheduled.kv_ring[rank].sent) << at;
+      EXPECT_EQ(static_cast<int64_t>(modelled[rank].kv_received), scheduled.kv_ring[rank].received)
+          << at;
+      EXPECT_EQ(static_cast<int64_t>(modelled[rank].dkv_sent), scheduled.dkv_return[rank].sent)
+          << at;
+      EXPECT_EQ(static_cast<int64_t>(modelled[rank].dkv_received),
+                scheduled.dkv_return[rank].received)
+          << at;
+    }
+  }
+}
+
+// Per (sending group, receiving group): the schedule's K/V block bytes and dK/dV sum bytes equal
+// the model's per-peer traffic (GroupChainTraffic), so each block is charged to the link it
+// crosses.
+void ExpectChainLinksMatch(const Plan& plan, const CostModel& cost, const std::string& where) {
+  ScheduleSizes sizes;
+  sizes.head_dim = cost.model().head_dim;
+  sizes.element_bytes = cost.workload().bytes_per_element;
+  sizes.lse_bytes = kFp32Bytes;
+  auto schedule = BuildLayerSchedule(plan, sizes);
+  ASSERT_TRUE(schedule.has_value()) << where;
+  using Link = std::pair<int, int>;  // plan group indices
+  std::map<Link, int64_t> scheduled_kv, scheduled_sums, modelled_kv, modelled_sums;
+  auto group_of = [&](int rank) {
+    return schedule->groups[schedule->places[rank].group].plan_index;
+  };
+  ForEachRingMessage(*schedule, Direction::kBackward, [&](const RingMessage& message) {
+    const Link link{group_of(message.source_rank), group_of(message.dest_rank)};
+    if (message.kind == RingMessageKind::kKvBlock) scheduled_kv[link] += message.bytes;
+    if (message.kind == RingMessageKind::kDkvReturn) scheduled_sums[link] += message.bytes;
+  });
+  const double block_bytes_per_token =
+      2.0 * sizes.head_dim * sizes.element_bytes * cost.model().kv_heads;
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    const CostModel::ChainTraffic traffic = cost.GroupChainTraffic(plan, static_cast<int>(g));
+    for (const CostModel::PeerTraffic& peer : traffic.kv_to)
+      modelled_kv[{static_cast<int>(g), peer.group}] +=
+          static_cast<int64_t>(peer.tokens * block_bytes_per_token);
+    for (const CostModel::PeerTraffic& peer : traffic.sums_to)
+      modelled_sums[{static_cast<int>(g), peer.group}] +=
+          static_cast<int64_t>(peer.tokens * block_bytes_per_token);
+    int64_t from_kv = 0;
+    for (const CostModel::PeerTraffic& peer : traffic.kv_from) {
+      from_kv += peer.tokens;
+      EXPECT_GT(peer.blocks, 0) << where;
+    }
+    EXPECT_EQ(from_kv, traffic.kv_in()) << where;
+  }
+  EXPECT_EQ(modelled_kv, scheduled_kv) << where;
+  EXPECT_EQ(modelled_sums, scheduled_sums) << where;
+  // Received side: what a group gets from each peer is what that peer sends it.
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    const CostModel::ChainTraffic traffic = cost.GroupChainTraffic(plan, static_cast<int>(g));
+    for (const CostModel::PeerTraffic& peer : traffic.kv_from) {
+      const Link link{peer.group, static_cast<int>(g)};
+      EXPECT_EQ(static_cast<int64_t>(peer.tokens * block_bytes_per_token), scheduled_kv[link])
+          << where << " group " << g << " from " << peer.group;
+    }
+  }
+}
+
+TEST(ScheduleAgreement, CostModelRingBytesPerRankAreTheSchedules) {
+  const std::vector<std::pair<Cluster, const char*>> cases = {
+      {simtest::EightGpuNodes({"H100-SXM", "A100-SXM-80G"}, {1, 1}, 25e9), "gpt-7b"},
+      {simtest::EightGpuNodes({"H100-SXM", "L40S"}, {1, 1}, 25e9), "llama3-8b"},
+      {simtest::OneGpuPerNode({"H100-SXM", "A100-SXM-80G", "L40S"}, 12.5e9), "gpt-3b"},
+  };
+  std::mt19937_64 rng(23);
+  int with_returns = 0;
+  for (const auto& [cluster, model] : cases) {
+    Workload workload;
+    workload.seq_len = 32771;
+    const CostModel cost(cluster, *LoadModel(model), workload);
+    for (int trial = 0; trial < 10; ++trial) {
+      const Plan plan = simtest::RandomPlan(cost, rng, simtest::GroupShape::kAny, 0.4, trial % 2);
+      ExpectRingBytesMatch(plan, cost, std::string(model) + " trial " + std::to_string(trial));
+      ExpectChainLinksMatch(plan, cost, std::string(model) + " trial " + std::to_string(trial));
+      for (const CostModel::RingRankBytes& bytes : cost.RingBytesPerRank(plan, true))
+        with_returns += bytes.dkv_received > 0 ? 1 : 0;
+    }
+    for (const StrategyResult& baseline :
+         {RingBaseline(cost), UspBaseline(cost), HeteroRingBaseline(cost)})
+      if (baseline.applicable && !baseline.plan.groups.empty()) {
+        ExpectRingBytesMatch(baseline.plan, cost, std::string(model) + " " + baseline.strategy);
+        ExpectChainLinksMatch(baseline.plan, cost, std::string(model) + " " + baseline.strategy);
+      }
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(with_returns, 30);  // the sample exercises chains, not only single-group plans
+}
+
+}  // namespace
+}  // namespace hexiseq::sim

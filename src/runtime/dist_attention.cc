@@ -333,11 +333,24 @@ class SubRingRunner {
     }
     loop_.Run();
     HEXISEQ_CHECK(partials_.empty(), "every dK/dV partial sum was completed and returned");
+    HEXISEQ_CHECK(returns_.empty(), "every returned dK/dV sum was added");
   }
 
  private:
+  // The contributions to one block's dK/dV sum at a group's primary. They are added once all
+  // have arrived, in a fixed order (the previous hop's sum, then the holders' partials in holder
+  // order), so the sum is bit-identical whatever order the messages arrive in.
   struct PartialSum {
-    Buffer sum;
+    std::vector<Buffer> parts;  // kFedSlot, then HolderSlot(holder)
+    size_t missing = 0;
+  };
+  static constexpr size_t kFedSlot = 0;
+  static size_t HolderSlot(size_t holder) { return 1 + holder; }
+
+  // The owner's returned dK/dV sums of its own block (one per returning hop), added in hop order
+  // once all have arrived, for the same reason.
+  struct Returns {
+    std::vector<Buffer> by_hop;
     size_t missing = 0;
   };
 
@@ -371,8 +384,8 @@ class SubRingRunner {
         partial.source = Holders(local)[replica];
         partial.tag = Tag(kDkvPartial, segment, origin);
         partial.count = BlockFloats(local, origin);
-        partial.on_arrival = [this, local, origin](const Buffer& data) {
-          Contribute(local, origin, data);
+        partial.on_arrival = [this, local, origin, replica](const Buffer& data) {
+          Contribute(local, origin, HolderSlot(replica), data);
         };
         partials.push_back(std::move(partial));
       }
@@ -398,7 +411,7 @@ class SubRingRunner {
     expected.tag = Tag(kDkvReturn, segment, origin);
     expected.count = BlockFloats(local, origin);
     expected.on_arrival = [this, local, origin](const Buffer& data) {
-      Contribute(local, origin, data);
+      Contribute(local, origin, kFedSlot, data);
     };
     return expected;
   }
@@ -440,7 +453,7 @@ class SubRingRunner {
     auto partial = std::make_shared<std::vector<float>>(block->size(), 0.0f);
     kernel_(local, origin, block->data(), partial->data());
     if (primary) {
-      Contribute(local, origin, partial);
+      Contribute(local, origin, HolderSlot(0), partial);
     } else {
       loop_.Send(partial, Holders(local).front(), Tag(kDkvPartial, segment, origin));
     }
@@ -448,37 +461,61 @@ class SubRingRunner {
 
   // Sums the partials of this group (and the previous hop's sum, along the chain) at its
   // primary; the last contribution sends the sum where the schedule's route says.
-  void Contribute(int local, int origin, const Buffer& partial) {
+  void Contribute(int local, int origin, size_t slot, const Buffer& part) {
     const int hop = schedule_.HopIndex(origin, role_.ring_pos);
     PartialSum& entry = partials_[{local, origin}];
-    if (!entry.sum) {
-      entry.sum = partial;
+    if (entry.parts.empty()) {
+      entry.parts.resize(HolderSlot(Holders(local).size()));
       entry.missing = Holders(local).size() + (schedule_.DkvFeeder(hop) >= 0 ? 1 : 0);
-    } else {
-      AddInto(*entry.sum, *partial);
     }
+    HEXISEQ_CHECK(!entry.parts[slot], "one dK/dV contribution per slot");
+    entry.parts[slot] = part;
     if (--entry.missing > 0) return;
+    const Buffer sum = SumInOrder(entry.parts);
     const int segment = role_.segments[local];
-    loop_.Send(entry.sum, schedule_.DkvTarget(segment, origin, hop),
-               Tag(kDkvReturn, segment, origin));
+    loop_.Send(sum, schedule_.DkvTarget(segment, origin, hop), Tag(kDkvReturn, segment, origin));
     partials_.erase({local, origin});
+  }
+
+  // The sum of the present parts, in slot order, accumulated into the first one.
+  static Buffer SumInOrder(const std::vector<Buffer>& parts) {
+    Buffer sum;
+    for (const Buffer& part : parts) {
+      if (!part) continue;
+      if (!sum) {
+        sum = part;
+      } else {
+        AddInto(*sum, *part);
+      }
+    }
+    return sum;
   }
 
   void PostReturns(int local) {
     const int segment = role_.segments[local];
     std::vector<MessageLoop::Expected> returns;
     const std::vector<ChainHop>& hops = schedule_.chains[role_.ring_pos].hops;
+    Returns& pending = returns_[local];
+    pending.by_hop.assign(hops.size(), nullptr);
     for (int hop = 0; hop < static_cast<int>(hops.size()); ++hop) {
       if (!schedule_.ReturnsToOwner(role_.ring_pos, hop)) continue;
+      ++pending.missing;
       MessageLoop::Expected expected;
       expected.source = schedule_.segments[segment].Primary(hops[hop].ring_pos);
       expected.tag = Tag(kDkvReturn, segment, role_.ring_pos);
       expected.count = static_cast<int64_t>(state_.dkv[local]->size());
-      expected.on_arrival = [this, local](const Buffer& data) {
-        AddInto(*state_.dkv[local], *data);
+      expected.on_arrival = [this, local, hop](const Buffer& data) {
+        Returns& arrived = returns_[local];
+        arrived.by_hop[hop] = data;
+        if (--arrived.missing > 0) return;
+        for (const Buffer& part : arrived.by_hop) {
+          if (part) AddInto(*state_.dkv[local], *part);
+        }
+        returns_.erase(local);
       };
       returns.push_back(std::move(expected));
     }
+    if (pending.missing == 0) returns_.erase(local);
     loop_.AddStream(std::move(returns));
   }
 
@@ -491,6 +528,7 @@ class SubRingRunner {
   BlockKernel kernel_;
   MessageLoop loop_;
   std::map<std::pair<int, int>, PartialSum> partials_;  // (local segment, origin)
+  std::map<int, Returns> returns_;                      // by local segment
 };
 
 // The kernel inputs of one block: the query heads of held segment `local` (with their KV index in

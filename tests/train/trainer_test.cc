@@ -125,7 +125,9 @@ TEST(Trainer, LossFallsOnRecall) {
 
 // Rank 0's losses of `steps` steps and its final weights, with the gradient sync overlapped or
 // blocking; `overlapped` receives the buckets the last step started during backward.
-std::pair<std::vector<double>, std::vector<float>> StepsWithSync(const Plan& plan, bool overlap,
+std::pair<std::vector<double>, std::vector<float>> StepsWithSync(const Plan& plan,
+                                                                 const ModelSpec& model,
+                                                                 bool overlap,
                                                                  RecomputePolicy recompute,
                                                                  int steps, int* overlapped) {
   TrainOptions options = TestOptions(recompute);
@@ -134,7 +136,7 @@ std::pair<std::vector<double>, std::vector<float>> StepsWithSync(const Plan& pla
   std::vector<float> weights;
   std::mutex mu;
   runtime::RunInProcess(plan.num_ranks, [&](runtime::Comm& comm) {
-    auto trainer = Trainer::Create(plan, TinyLlama(), options, comm);
+    auto trainer = Trainer::Create(plan, model, options, comm);
     ASSERT_TRUE(trainer) << trainer.error().message;
     std::vector<double> mine;
     for (int step = 0; step < steps; ++step) {
@@ -157,13 +159,21 @@ std::pair<std::vector<double>, std::vector<float>> StepsWithSync(const Plan& pla
 TEST(Trainer, OverlappedGradientSyncIsBitIdenticalToBlocking) {
   constexpr int kSteps = 4;
   for (const RecomputePolicy recompute : {RecomputePolicy::kNone, RecomputePolicy::kFull}) {
-    // Ulysses plans: their attention backward sums in a fixed order. (Ring plans add the dK/dV
-    // returns in arrival order, so their bits depend on message timing in either mode.)
-    for (const Plan& plan : {UlyssesPlan(2, 96, 8, 2), UlyssesPlan(4, 128, 8, 2)}) {
+    // The attention backward adds dK/dV contributions in a fixed order, so plans whose sums
+    // gather three or more contributions from several ranks (USP 3 x 2 with one KV head: the
+    // previous hop's sum and two holders' partials) are bit-identical too.
+    const std::pair<Plan, ModelSpec> cases[] = {
+        {UlyssesPlan(2, 96, 8, 2), TinyLlama()},
+        {UlyssesPlan(4, 128, 8, 2), TinyLlama()},
+        {RingPlan(4, 128, 8, 2, true), TinyLlama()},
+        {UspPlan(3, 2, 144, 8, 1), TinyLlama(8, 1)},
+    };
+    for (const auto& [plan, model] : cases) {
       SCOPED_TRACE(PlanToJson(plan, -1));
       int overlapped = 0, blocking_overlapped = 0;
-      const auto overlap = StepsWithSync(plan, true, recompute, kSteps, &overlapped);
-      const auto blocking = StepsWithSync(plan, false, recompute, kSteps, &blocking_overlapped);
+      const auto overlap = StepsWithSync(plan, model, true, recompute, kSteps, &overlapped);
+      const auto blocking =
+          StepsWithSync(plan, model, false, recompute, kSteps, &blocking_overlapped);
       ASSERT_EQ(overlap.first.size(), static_cast<size_t>(kSteps));
       EXPECT_EQ(overlap.first, blocking.first);  // bit-identical losses
       ASSERT_EQ(overlap.second.size(), blocking.second.size());

@@ -28,7 +28,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         cluster, plan = os.path.join(tmp, "two.yaml"), os.path.join(tmp, "ring.json")
         open(cluster, "w").write(CLUSTER)
-        run([args.bin, "plan", "--cluster", cluster, "--model", args.model, "--seq", "2048",
+        run([args.bin, "plan", "--cluster", cluster, "--model", args.model, "--seq", "6144",
              "--strategy", "ring", "--format", "json", "-o", plan])
         output = run(["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2", args.bin,
                       "attn-check", "--plan", plan, "--head-dim", "32",

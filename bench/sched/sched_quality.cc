@@ -20,8 +20,10 @@ int main(int argc, char** argv) {
   std::vector<std::string> models;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--seq" && i + 1 < argc) seq = std::atoll(argv[++i]);
-    else models.push_back(a);
+    if (a == "--seq" && i + 1 < argc)
+      seq = std::atoll(argv[++i]);
+    else
+      models.push_back(a);
   }
   if (models.empty()) models = {"llama3-8b", "llama3-70b"};
   PrintBenchHeader("sched_quality");
@@ -56,8 +58,7 @@ int main(int argc, char** argv) {
       const double ideal = model.IdealIterationSeconds();
       std::printf("%-34s %-11s %-10.3f %-10.3f %-22s %-9.3f %-8.1f %s\n", cname.c_str(),
                   name.c_str(), r->cost.iteration_seconds,
-                  best ? best->cost.iteration_seconds : 0.0,
-                  best ? best->strategy.c_str() : "none",
+                  best ? best->cost.iteration_seconds : 0.0, best ? best->strategy.c_str() : "none",
                   best ? best->cost.iteration_seconds / r->cost.iteration_seconds : 0.0,
                   100 * ideal / r->cost.iteration_seconds, r->config.c_str());
       std::fflush(stdout);

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "sched/scheduler.h"
-#include "sched/sched_test_util.h"
 #include "sched/bench_header.h"
+#include "sched/sched_test_util.h"
+#include "sched/scheduler.h"
 
 using namespace hexiseq;
 
@@ -20,8 +20,10 @@ int main(int argc, char** argv) {
   int repeats = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--repeats" && i + 1 < argc) repeats = std::atoi(argv[++i]);
-    else sizes.push_back(std::atoi(a.c_str()));
+    if (a == "--repeats" && i + 1 < argc)
+      repeats = std::atoi(argv[++i]);
+    else
+      sizes.push_back(std::atoi(a.c_str()));
   }
   if (sizes.empty()) sizes = {16, 128, 1024, 4096, 8192};
   PrintBenchHeader("sched_speed");

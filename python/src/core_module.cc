@@ -113,8 +113,7 @@ py::object Compare(const py::object& cluster, const py::object& model, const py:
 }
 
 py::object SimulatePlan(const Plan& plan, const py::object& cluster, const py::object& model,
-                        int explicit_layers, int nics_per_node,
-                        double memory_reserve) {
+                        int explicit_layers, int nics_per_node, double memory_reserve) {
   auto cost = PlanCostModel(plan, cluster, model, memory_reserve);
   sim::SimOptions options;
   options.explicit_layers = explicit_layers;

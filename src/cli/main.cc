@@ -27,8 +27,9 @@ int FlushResults(int exit_code) {
 
 int main(int argc, char** argv) {
   using namespace hexiseq::cli;
-  CLI::App app{"HexiSeq: asymmetric context + head parallelism for long-context training on "
-               "heterogeneous GPU clusters"};
+  CLI::App app{
+      "HexiSeq: asymmetric context + head parallelism for long-context training on "
+      "heterogeneous GPU clusters"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
   Actions actions;

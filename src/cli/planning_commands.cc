@@ -70,7 +70,10 @@ std::string PlanSummary(const Plan& plan, const CostModel& model, const PlanCost
     std::string ranks, devices, heads;
     for (size_t i = 0; i < group.members.size(); ++i) {
       const PlanMember& m = group.members[i];
-      if (i) { ranks += ","; heads += ","; }
+      if (i) {
+        ranks += ",";
+        heads += ",";
+      }
       ranks += std::to_string(m.rank);
       heads += std::to_string(m.heads.size());
       const std::string& d = model.cluster().device(m.rank).name;
@@ -84,8 +87,8 @@ std::string PlanSummary(const Plan& plan, const CostModel& model, const PlanCost
   std::string out = "strategy " + plan.strategy + " (" + plan.config + ")\n";
   out += "predicted: " + Fixed(cost.iteration_seconds, 3) + " s/iteration, " +
          Fixed(cost.tokens_per_second, 0) + " tokens/s, " +
-         Percent(model.IdealIterationSeconds() / cost.iteration_seconds) + " of ideal, max memory " +
-         Percent(cost.max_memory_fraction) + "\n\n";
+         Percent(model.IdealIterationSeconds() / cost.iteration_seconds) +
+         " of ideal, max memory " + Percent(cost.max_memory_fraction) + "\n\n";
   return out + FormatTable(rows);
 }
 
@@ -96,9 +99,8 @@ int RunPlan(const PlanFlags& f) {
   ProgressBar bar;
   auto result = PlanStrategy(**model, f.strategy, MakeScheduleOptions(f, bar, &candidates));
   if (!result) return ReportError(result.error());
-  std::string text = f.format == "json"
-                         ? PlanToJson(result->plan)
-                         : PlanSummary(result->plan, **model, result->cost);
+  std::string text = f.format == "json" ? PlanToJson(result->plan)
+                                        : PlanSummary(result->plan, **model, result->cost);
   if (f.format != "json" && !candidates.empty()) {  // the table behind the decision
     std::vector<std::vector<std::string>> rows = {
         {"candidate", "feasible", "predicted s", "refined s", "max mem"}};
@@ -156,19 +158,17 @@ int RunCompare(const PlanFlags& f) {
       notes.push_back(r.strategy + ": " + (r.applicable ? "" : "not applicable: ") + r.reason);
       continue;
     }
-    rows.push_back({r.strategy, r.config, r.feasible() ? "yes" : "no",
-                    Fixed(r.cost.iteration_seconds, 3), Fixed(r.cost.tokens_per_second, 0),
-                    best_baseline > 0 ? Fixed(best_baseline / r.cost.iteration_seconds, 3) + "x"
-                                      : "-",
-                    Percent(ideal / r.cost.iteration_seconds),
-                    Percent(r.cost.max_memory_fraction)});
+    rows.push_back(
+        {r.strategy, r.config, r.feasible() ? "yes" : "no", Fixed(r.cost.iteration_seconds, 3),
+         Fixed(r.cost.tokens_per_second, 0),
+         best_baseline > 0 ? Fixed(best_baseline / r.cost.iteration_seconds, 3) + "x" : "-",
+         Percent(ideal / r.cost.iteration_seconds), Percent(r.cost.max_memory_fraction)});
     if (!r.feasible()) notes.push_back(r.strategy + ": " + r.reason);
   }
   const Workload& w = model.workload();
   std::printf("cluster %s: %d ranks; model %s; seq %s x batch %d; recompute %s; zero %d\n",
-              model.cluster().name.c_str(), model.cluster().num_ranks(),
-              model.model().name.c_str(), FormatTokens(w.seq_len).c_str(), w.batch,
-              RecomputeName(w.recompute), w.zero_stage);
+              model.cluster().name.c_str(), model.cluster().num_ranks(), model.model().name.c_str(),
+              FormatTokens(w.seq_len).c_str(), w.batch, RecomputeName(w.recompute), w.zero_stage);
   std::printf("ideal (aggregate-compute bound): %.3f s/iteration, %.0f tokens/s\n\n", ideal,
               model.IdealTokensPerSecond());
   std::fputs(FormatTable(rows).c_str(), stdout);
@@ -210,10 +210,11 @@ int RunExplain(const std::string& path, const InputFlags& in) {
   const CostModel& model = *loaded->second;
   const PlanCost cost = model.Evaluate(plan);
   std::fputs(PlanSummary(plan, model, cost).c_str(), stdout);
-  std::printf("\nper iteration: local (linear + all-to-all) %.3f s, ring attention %.3f s, "
-              "recompute %.3f s, LM head %.3f s, exposed gradient sync %.3f s\n",
-              cost.local_seconds, cost.ring_seconds, cost.recompute_seconds, cost.head_seconds,
-              cost.grad_sync_seconds);
+  std::printf(
+      "\nper iteration: local (linear + all-to-all) %.3f s, ring attention %.3f s, "
+      "recompute %.3f s, LM head %.3f s, exposed gradient sync %.3f s\n",
+      cost.local_seconds, cost.ring_seconds, cost.recompute_seconds, cost.head_seconds,
+      cost.grad_sync_seconds);
   std::vector<std::vector<std::string>> rows = {
       {"rank", "device", "group", "tokens", "heads", "linear s", "attention s", "all-to-all s",
        "ring comm s", "ring exposed s", "memory", "capacity", "mem %"}};
@@ -257,8 +258,8 @@ void AddPlanningCommands(CLI::App& app, Actions& actions) {
       std::to_string(kExactMemberSteps) +
       " of the group's; then refined by 1-token descent (docs/performance.md, Scheduler)";
   plan->add_option("--strategy", plan_flags.strategy, strategy_help)
-      ->check(CLI::IsMember(
-          {"hexiseq", "exact", "ring", "ulysses", "usp", "hetero-ring", "subset"}));
+      ->check(
+          CLI::IsMember({"hexiseq", "exact", "ring", "ulysses", "usp", "hetero-ring", "subset"}));
   plan->add_option("--format", plan_flags.format, "table|json")
       ->check(CLI::IsMember({"table", "json"}));
   plan->add_option("-o,--output", plan_flags.output, "Write the plan JSON to this file");

@@ -44,12 +44,12 @@ int RunSimulate(const SimulateFlags& f) {
     std::fputs(sim::SimResultToJson(*result).c_str(), stdout);
   } else {
     std::printf("plan %s (%s): %zu groups, %d ranks; %lld events, %lld messages\n",
-                plan->strategy.c_str(), plan->config.c_str(), plan->groups.size(),
-                plan->num_ranks, static_cast<long long>(result->events),
-                static_cast<long long>(result->messages));
-    std::printf("iteration %.4f s, %.0f tokens/s%s\n\n", result->iteration_seconds,
-                result->tokens_per_second,
-                result->feasible ? "" : ("  (INFEASIBLE: " + result->infeasible_reason + ")").c_str());
+                plan->strategy.c_str(), plan->config.c_str(), plan->groups.size(), plan->num_ranks,
+                static_cast<long long>(result->events), static_cast<long long>(result->messages));
+    std::printf(
+        "iteration %.4f s, %.0f tokens/s%s\n\n", result->iteration_seconds,
+        result->tokens_per_second,
+        result->feasible ? "" : ("  (INFEASIBLE: " + result->infeasible_reason + ")").c_str());
     std::vector<std::vector<std::string>> terms = {{"term", "model s", "simulated s", "diff"}};
     for (const sim::SimTerm& t : result->terms)
       terms.push_back({t.name, Fixed(t.model_seconds, 4), Fixed(t.sim_seconds, 4),
@@ -95,8 +95,8 @@ int RunBench(const BenchFlags& f) {
   auto tables = report::LoadTables(f.tables);
   if (!tables) return ReportError(tables.error());
   report::EvalOptions options;
-  options.jobs = f.jobs > 0 ? f.jobs
-                            : std::max(1u, std::min(2u, std::thread::hardware_concurrency()));
+  options.jobs =
+      f.jobs > 0 ? f.jobs : std::max(1u, std::min(2u, std::thread::hardware_concurrency()));
   options.progress = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   const auto start = std::chrono::steady_clock::now();
   const auto outcomes = report::RunEvaluation(*scenarios, *tables, options);
@@ -129,8 +129,7 @@ int RunBench(const BenchFlags& f) {
                          report::EvaluationMarkdown(outcomes, *tables, f.command, header, rel));
       !w)
     return ReportError(w.error());
-  std::printf("wrote %s and %zu charts in %s\n", f.report.c_str(), groups.size(),
-              f.charts.c_str());
+  std::printf("wrote %s and %zu charts in %s\n", f.report.c_str(), groups.size(), f.charts.c_str());
   return 0;
 }
 

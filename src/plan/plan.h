@@ -20,8 +20,8 @@ inline constexpr const char* kPlanFormat = "hexiseq.plan/1";
 
 struct PlanMember {
   int rank = 0;
-  std::string device;  // informative; validate() checks it against the cluster when non-empty
-  int node = -1;       // informative: the rank's node; -1 when not given (not written)
+  std::string device;      // informative; validate() checks it against the cluster when non-empty
+  int node = -1;           // informative: the rank's node; -1 when not given (not written)
   Ranges tokens;           // tau_r, inside the group's tokens
   std::vector<int> heads;  // eta_r, sorted query-head ids
   bool operator==(const PlanMember&) const = default;

@@ -602,12 +602,18 @@ uint64_t PlanHash(const Plan& plan) {
     mix(static_cast<int64_t>(g.ranks.size()));
     for (int r : g.ranks) mix(r);
     mix(static_cast<int64_t>(g.tokens.size()));
-    for (const Range& t : g.tokens) { mix(t.begin); mix(t.end); }
+    for (const Range& t : g.tokens) {
+      mix(t.begin);
+      mix(t.end);
+    }
     mix(static_cast<int64_t>(g.members.size()));
     for (const PlanMember& m : g.members) {
       mix(m.rank);
       mix(static_cast<int64_t>(m.tokens.size()));
-      for (const Range& t : m.tokens) { mix(t.begin); mix(t.end); }
+      for (const Range& t : m.tokens) {
+        mix(t.begin);
+        mix(t.end);
+      }
       mix(static_cast<int64_t>(m.heads.size()));
       for (int head : m.heads) mix(head);
     }

@@ -110,7 +110,10 @@ Ranges Intersect(const Ranges& a, const Ranges& b) {
   while (i < a.size() && j < b.size()) {
     const int64_t lo = std::max(a[i].begin, b[j].begin), hi = std::min(a[i].end, b[j].end);
     if (hi > lo) out.push_back({lo, hi});
-    if (a[i].end < b[j].end) ++i; else ++j;
+    if (a[i].end < b[j].end)
+      ++i;
+    else
+      ++j;
   }
   return out;
 }

@@ -36,7 +36,10 @@ class Violations {
 // Checks that `parts` (labelled) partition `whole` exactly. Reports gaps and overlaps.
 void CheckPartition(const Ranges& whole, const std::vector<std::pair<std::string, Ranges>>& parts,
                     const std::string& what, Violations& v) {
-  struct Piece { int64_t begin, end; size_t owner; };
+  struct Piece {
+    int64_t begin, end;
+    size_t owner;
+  };
   std::vector<Piece> pieces;
   for (size_t i = 0; i < parts.size(); ++i)
     for (const Range& r : parts[i].second)
@@ -53,7 +56,10 @@ void CheckPartition(const Ranges& whole, const std::vector<std::pair<std::string
             parts[reach_owner].first + " and " + parts[p.owner].first +
             " (rule: each token belongs to exactly one)");
     }
-    if (p.end > reach) { reach = p.end; reach_owner = p.owner; }
+    if (p.end > reach) {
+      reach = p.end;
+      reach_owner = p.owner;
+    }
   }
   // Gaps and excess against the whole.
   Ranges covered;
@@ -73,8 +79,9 @@ void CheckPartition(const Ranges& whole, const std::vector<std::pair<std::string
     int64_t pos = c.begin;
     for (const Range& w : want) {
       if (w.end <= pos || w.begin >= c.end) continue;
-      if (w.begin > pos) v.Add(what + ": tokens " + RangeText(pos, w.begin) +
-                               " are outside the range they must partition");
+      if (w.begin > pos)
+        v.Add(what + ": tokens " + RangeText(pos, w.begin) +
+              " are outside the range they must partition");
       pos = std::max(pos, w.end);
     }
     if (pos < c.end)
@@ -133,7 +140,8 @@ void CheckStructure(const Plan& plan, Violations& v) {
   }
   for (int rank = 0; rank < plan.num_ranks; ++rank)
     if (!seen.count(rank))
-      v.Add("rank " + std::to_string(rank) + " is in no group (rule: every rank in exactly one "
+      v.Add("rank " + std::to_string(rank) +
+            " is in no group (rule: every rank in exactly one "
             "group; hint: idle ranks go in a group with no tokens)");
 
   // Tokens: groups partition [0, S); members partition their group.
@@ -157,8 +165,8 @@ void CheckStructure(const Plan& plan, Violations& v) {
     std::vector<int> holder(plan.num_heads, -1);
     for (size_t m = 0; m < group.members.size(); ++m) {
       const PlanMember& member = group.members[m];
-      const std::string mp = gp + ".members[" + std::to_string(m) + "] (rank " +
-                             std::to_string(member.rank) + ")";
+      const std::string mp =
+          gp + ".members[" + std::to_string(m) + "] (rank " + std::to_string(member.rank) + ")";
       if (!has_tokens && !member.heads.empty()) {
         v.Add(mp + " holds heads in a group with no tokens (rule: idle ranks hold no heads)");
         continue;
@@ -204,9 +212,9 @@ Result<void> Validate(const Plan& plan, const Cluster& cluster, const ModelSpec&
     v.Add("num_ranks = " + std::to_string(plan.num_ranks) + " but the cluster '" + cluster.name +
           "' has " + std::to_string(cluster.num_ranks()) + " ranks");
   if (plan.num_heads != model.heads || plan.num_kv_heads != model.kv_heads)
-    v.Add("num_heads = " + std::to_string(plan.num_heads) + ", num_kv_heads = " +
-          std::to_string(plan.num_kv_heads) + " but model " + model.name + " has " +
-          std::to_string(model.heads) + " and " + std::to_string(model.kv_heads));
+    v.Add("num_heads = " + std::to_string(plan.num_heads) +
+          ", num_kv_heads = " + std::to_string(plan.num_kv_heads) + " but model " + model.name +
+          " has " + std::to_string(model.heads) + " and " + std::to_string(model.kv_heads));
   if (!v.empty()) return v.Finish();
   CheckStructure(plan, v);
   for (size_t g = 0; g < plan.groups.size(); ++g) {

@@ -12,7 +12,10 @@ std::string InputHash(const CostModel& model) {
   // FNV-1a over the inputs that determine a plan.
   uint64_t h = 1469598103934665603ull;
   auto mix = [&h](const std::string& s) {
-    for (unsigned char c : s) { h ^= c; h *= 1099511628211ull; }
+    for (unsigned char c : s) {
+      h ^= c;
+      h *= 1099511628211ull;
+    }
   };
   const Cluster& c = model.cluster();
   mix(c.name);
@@ -29,9 +32,8 @@ std::string InputHash(const CostModel& model) {
   mix(m.name + std::to_string(m.layers) + "/" + std::to_string(m.hidden) + "/" +
       std::to_string(m.heads) + "/" + std::to_string(m.kv_heads));
   const Workload& w = model.workload();
-  mix(std::to_string(w.seq_len) + "/" + std::to_string(w.batch) + "/" +
-      RecomputeName(w.recompute) + "/" + std::to_string(w.zero_stage) + "/" +
-      std::to_string(w.memory_reserve));
+  mix(std::to_string(w.seq_len) + "/" + std::to_string(w.batch) + "/" + RecomputeName(w.recompute) +
+      "/" + std::to_string(w.zero_stage) + "/" + std::to_string(w.memory_reserve));
   char buf[20];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
   return buf;
@@ -44,8 +46,8 @@ std::vector<int> AllHeads(int num_heads) {
 }
 
 // Ring over `active` ranks in the given order: one rank per group, uniform zigzag, all heads.
-Plan RingPlan(const CostModel& model, const std::vector<int>& active,
-              const std::vector<int>& idle, const std::string& strategy) {
+Plan RingPlan(const CostModel& model, const std::vector<int>& active, const std::vector<int>& idle,
+              const std::string& strategy) {
   Plan plan = EmptyPlan(model, strategy);
   const int n = static_cast<int>(active.size());
   const std::vector<Ranges> shards = UniformZigzag(model.workload().seq_len, n);
@@ -93,7 +95,10 @@ StrategyResult BestUsp(const CostModel& model, const std::vector<int>& active,
       if ((hp == 1 || cp == 1) && !hp_in_node) continue;  // placements coincide
       StrategyResult r = Score(model, UspPlan(model, active, idle, cp, hp, hp_in_node, strategy),
                                UspConfig(cp, hp, hp_in_node));
-      if (!have || Better(r, best)) { best = std::move(r); have = true; }
+      if (!have || Better(r, best)) {
+        best = std::move(r);
+        have = true;
+      }
     }
   }
   if (!have) {
@@ -138,8 +143,9 @@ std::vector<int64_t> LargestRemainder(int64_t total, const std::vector<double>& 
   for (double w : weights) sum += std::max(0.0, w);
   if (n == 0 || total <= 0) return out;
   if (sum <= 0) {
-    for (size_t i = 0; i < n; ++i) out[i] = total / static_cast<int64_t>(n) +
-                                            (static_cast<int64_t>(i) < total % static_cast<int64_t>(n));
+    for (size_t i = 0; i < n; ++i)
+      out[i] = total / static_cast<int64_t>(n) +
+               (static_cast<int64_t>(i) < total % static_cast<int64_t>(n));
     return out;
   }
   std::vector<std::pair<double, size_t>> rest;
@@ -154,7 +160,10 @@ std::vector<int64_t> LargestRemainder(int64_t total, const std::vector<double>& 
                    [](const auto& a, const auto& b) { return a.first > b.first; });
   for (size_t k = 0; assigned < total; k = (k + 1) % rest.size(), ++assigned) ++out[rest[k].second];
   for (size_t i = 0; assigned > total; i = (i + 1) % n)  // floating overshoot (rare)
-    if (out[i] > 0) { --out[i]; --assigned; }
+    if (out[i] > 0) {
+      --out[i];
+      --assigned;
+    }
   return out;
 }
 
@@ -275,13 +284,17 @@ StrategyResult RingBaseline(const CostModel& model) {
   const int n = model.cluster().num_ranks();
   // Rank order keeps each node's ranks adjacent, so the ring crosses the slow links least; the
   // alternative interleaves nodes. Keep the better.
-  StrategyResult best = Score(model, RingPlan(model, Iota(n), {}, "ring"), "cp=" + std::to_string(n));
+  StrategyResult best =
+      Score(model, RingPlan(model, Iota(n), {}, "ring"), "cp=" + std::to_string(n));
   std::vector<int> by_local;
   const Cluster& c = model.cluster();
   for (int local = 0;; ++local) {
     bool any = false;
     for (const NodeInfo& node : c.nodes)
-      if (local < node.num_ranks) { by_local.push_back(node.first_rank + local); any = true; }
+      if (local < node.num_ranks) {
+        by_local.push_back(node.first_rank + local);
+        any = true;
+      }
     if (!any) break;
   }
   if (c.nodes.size() > 1) {
@@ -369,7 +382,10 @@ StrategyResult SubsetBaseline(const CostModel& model) {
     if (!r.applicable) continue;
     r.config = types_text + " " + r.config;
     r.plan.config = r.config;
-    if (!have || Better(r, best)) { best = std::move(r); have = true; }
+    if (!have || Better(r, best)) {
+      best = std::move(r);
+      have = true;
+    }
   }
   if (!have) return NotApplicable("subset", "no symmetric plan fits the heads on any subset");
   return best;

@@ -5,9 +5,9 @@
 //   ring        N groups of one rank, uniform zigzag shards (2N chunks), best ring order
 //   ulysses     one group of all ranks, uniform heads (not applicable when heads don't divide)
 //   usp         every CP x HP = N factorisation, HP inside nodes or CP inside nodes; the best
-//   hetero-ring one rank per group, all heads, zigzag shards sized to attention speed, memory-capped
-//   subset      the best of ring/ulysses/usp on the fastest device types only; others idle
-//   hexiseq (proportional) groups = nodes, sequence by compute, tokens by GEMM speed, heads by
+//   hetero-ring one rank per group, all heads, zigzag shards sized to attention speed,
+//   memory-capped subset      the best of ring/ulysses/usp on the fastest device types only; others
+//   idle hexiseq (proportional) groups = nodes, sequence by compute, tokens by GEMM speed, heads by
 //               attention speed (the first HexiSeq strategy; the scheduler refines it)
 #pragma once
 
@@ -21,10 +21,10 @@ namespace hexiseq {
 
 struct StrategyResult {
   std::string strategy;
-  std::string config;       // e.g. "cp=4 hp=4 hp-in-node"
-  bool applicable = true;   // false: `reason` says why (e.g. heads do not divide)
-  std::string reason;       // not applicable / infeasible reason
-  Plan plan;                // with `predicted` attached
+  std::string config;      // e.g. "cp=4 hp=4 hp-in-node"
+  bool applicable = true;  // false: `reason` says why (e.g. heads do not divide)
+  std::string reason;      // not applicable / infeasible reason
+  Plan plan;               // with `predicted` attached
   PlanCost cost;
   bool feasible() const { return applicable && cost.feasible; }
 };

@@ -53,8 +53,8 @@ std::string ExplainInfeasible(const CostModel& model) {
       worst = rc.rank;
     }
   }
-  std::string message = "infeasible: no plan fits memory; in the best plan found (" +
-                        best.config + ") " + best.cost.infeasible_reason;
+  std::string message = "infeasible: no plan fits memory; in the best plan found (" + best.config +
+                        ") " + best.cost.infeasible_reason;
   std::vector<std::string> hints;
 
   if (workload.recompute != Recompute::kFull) {

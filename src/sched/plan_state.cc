@@ -9,7 +9,7 @@
 namespace hexiseq::sched_internal {
 namespace {
 
-constexpr int kPhases = 5;  // local fwd, ring fwd, local bwd, ring bwd, LM head
+constexpr int kPhases = 5;        // local fwd, ring fwd, local bwd, ring bwd, LM head
 constexpr int kTiedPerPhase = 3;  // bottleneck groups considered per phase when several tie
 // When the largest group changes size, groups above this memory fraction are re-scored at once.
 constexpr double kMemoryRecheckFraction = 0.8;
@@ -201,7 +201,8 @@ void PlanState::ComputeScore() {
     score_.primary = worst_fraction;
     // Per rank, so that members of one group tied at the maximum can be relieved one at a time.
     for (const GroupCost& cost : costs_)
-      for (const RankCost& rc : cost.members) spread += Pow8(rc.memory_bytes / rc.memory_capacity_bytes);
+      for (const RankCost& rc : cost.members)
+        spread += Pow8(rc.memory_bytes / rc.memory_capacity_bytes);
   }
   score_.secondary = spread;
 }
@@ -342,7 +343,8 @@ bool PlanState::Mutate(const Move& move, Saved& saved) {
       gb.front += move.front;
       gb.back += move.back;
       for (GroupLayout* x : {&ga, &gb}) {
-        if (x->total() == 0) std::fill(x->heads.begin(), x->heads.end(), 0);
+        if (x->total() == 0)
+          std::fill(x->heads.begin(), x->heads.end(), 0);
         else if (std::accumulate(x->heads.begin(), x->heads.end(), 0) == 0)
           x->heads = HeadsByAttention(model_, x->ranks);
       }
@@ -512,8 +514,10 @@ int64_t Descend(PlanState& state, int64_t max_trials, const std::function<bool()
       }
       for (int j : partners) {
         amounts(gl.total(), [&](int64_t amount, double factor) {
-          if (gl.front >= amount) consider(Move{Move::kGroupTokens, g, j, 0, 0, 0, amount, 0}, factor);
-          if (gl.back >= amount) consider(Move{Move::kGroupTokens, g, j, 0, 0, 0, 0, amount}, factor);
+          if (gl.front >= amount)
+            consider(Move{Move::kGroupTokens, g, j, 0, 0, 0, amount, 0}, factor);
+          if (gl.back >= amount)
+            consider(Move{Move::kGroupTokens, g, j, 0, 0, 0, 0, amount}, factor);
           // Swaps keep both groups' token counts and trade cheap front for costly back tokens.
           if (gl.back >= amount && layout[j].front >= amount)
             consider(Move{Move::kGroupTokens, g, j, 0, 0, 0, -amount, amount}, factor);
@@ -533,15 +537,18 @@ int64_t Descend(PlanState& state, int64_t max_trials, const std::function<bool()
         for (int from = 0; from < m; ++from)
           for (int to = 0; to < m; ++to) {
             if (from == to) continue;
-            for (int amount = 1; amount <= std::max(2, per_kv) && amount <= gl.heads[from]; ++amount)
+            for (int amount = 1; amount <= std::max(2, per_kv) && amount <= gl.heads[from];
+                 ++amount)
               consider(Move{Move::kHeads, g, g, from, to, amount, 0, 0}, 0);
           }
       }
     }
     if (found) {
       state.Apply(best_move);
-      if (best_factor >= 2.0) step = std::min(0.5, step * 2);
-      else if (best_factor > 0 && best_factor < 1.0) step *= 0.5;
+      if (best_factor >= 2.0)
+        step = std::min(0.5, step * 2);
+      else if (best_factor > 0 && best_factor < 1.0)
+        step *= 0.5;
     } else {
       if (!tried_bigger_than_one) break;
       step *= 0.25;

@@ -102,8 +102,8 @@ class PlanState {
   void ComputeScore();
 
   const CostModel& model_;
-  Saved saved_;                // scratch for Try and Apply (buffers reused across trials)
-  std::vector<int> touched_;   // scratch for Mutate
+  Saved saved_;               // scratch for Try and Apply (buffers reused across trials)
+  std::vector<int> touched_;  // scratch for Mutate
   Layout layout_;
   Plan plan_;
   std::vector<int64_t> front_pos_, back_pos_;  // start of the front chunk, end of the back chunk

@@ -15,22 +15,22 @@ namespace hexiseq {
 namespace sched_internal {
 namespace {
 
-constexpr int kBalanceRounds = 2;          // re-fits of the per-group time model
-constexpr double kMemoryCapMargin = 0.98;  // memory-capped allocation aims at 98% of capacity
-constexpr int kStructurePasses = 2;        // coordinate passes over per-kind group sizes ...
-constexpr int kTwoPassesUpTo = 64;         // ... on clusters of at most this many ranks
-constexpr size_t kInfeasibleSeeds = 4;       // fast infeasible candidates also refined
+constexpr int kBalanceRounds = 2;                // re-fits of the per-group time model
+constexpr double kMemoryCapMargin = 0.98;        // memory-capped allocation aims at 98% of capacity
+constexpr int kStructurePasses = 2;              // coordinate passes over per-kind group sizes ...
+constexpr int kTwoPassesUpTo = 64;               // ... on clusters of at most this many ranks
+constexpr size_t kInfeasibleSeeds = 4;           // fast infeasible candidates also refined
 constexpr double kInfeasibleSeedFraction = 2.0;  // ... when within 2x of memory capacity
-constexpr int kClassEvaluations = 120;    // full re-scorings per candidate in ClassSearch ...
+constexpr int kClassEvaluations = 120;     // full re-scorings per candidate in ClassSearch ...
 constexpr int kClassSearchUpTo = 64;       // ... on clusters of at most this many ranks
 constexpr int kWidePoliciesUpTo = 256;     // sqrt-compute allocation up to this many ranks
 constexpr int kStructureSearchUpTo = 16;   // rank-level structure search on at most this many ranks
 constexpr int kStructureSearchStarts = 3;  // ... from this many of the best distinct structures
-constexpr int kStructureSearchRounds = 12; // ... for at most this many improving steps each
-constexpr int kSmallClusterTopK = 8;       // candidates refined on such small clusters
-constexpr size_t kCloseSeeds = 4;          // ... plus the memberships closest to fitting
-constexpr double kCloseToFitting = 1.25;   // ... within 25% of memory capacity
-constexpr int kRescueCandidates = 24;      // ... and more when none of them fits memory
+constexpr int kStructureSearchRounds = 12;  // ... for at most this many improving steps each
+constexpr int kSmallClusterTopK = 8;        // candidates refined on such small clusters
+constexpr size_t kCloseSeeds = 4;           // ... plus the memberships closest to fitting
+constexpr double kCloseToFitting = 1.25;    // ... within 25% of memory capacity
+constexpr int kRescueCandidates = 24;       // ... and more when none of them fits memory
 
 // Per-token costs at the sequence's average causal density (FLOPs per token).
 struct TokenFlops {
@@ -116,8 +116,8 @@ std::vector<int64_t> BalanceTokens(const CostModel& model, const Structure& stru
           if (rc.rank == c.worst_memory_rank) capacity = rc.memory_capacity_bytes;
         const double sf = state_bytes / capacity;
         if (c.max_memory_fraction > sf)
-          cap[g] = std::min(cap[g], tokens[g] * (kMemoryCapMargin - sf) /
-                                        (c.max_memory_fraction - sf));
+          cap[g] =
+              std::min(cap[g], tokens[g] * (kMemoryCapMargin - sf) / (c.max_memory_fraction - sf));
         cap[g] = std::max(cap[g], 0.0);
       }
       any = any || per_token[g] > 0;
@@ -312,7 +312,8 @@ class CandidatePool {
     bool have = false;
     if (structure.groups.empty()) return best;
     for (const Structure& seen : seen_)
-      if (seen.groups == structure.groups && seen.idle == structure.idle) return seen_scores_[&seen - seen_.data()];
+      if (seen.groups == structure.groups && seen.idle == structure.idle)
+        return seen_scores_[&seen - seen_.data()];
     const int64_t seq = model_.workload().seq_len;
     const std::vector<double> rates = RateWeights(model_, structure);
     std::vector<double> sqrt_rates;
@@ -378,8 +379,10 @@ class CandidatePool {
     for (const GroupLayout& g : layout) {
       std::vector<int> ranks = g.ranks;
       std::sort(ranks.begin(), ranks.end());
-      if (g.total() > 0) key.push_back(std::move(ranks));
-      else idle.insert(idle.end(), ranks.begin(), ranks.end());
+      if (g.total() > 0)
+        key.push_back(std::move(ranks));
+      else
+        idle.insert(idle.end(), ranks.begin(), ranks.end());
     }
     std::sort(key.begin(), key.end());
     std::sort(idle.begin(), idle.end());
@@ -390,8 +393,10 @@ class CandidatePool {
   static Structure StructureOf(const Layout& layout) {
     Structure s;
     for (const GroupLayout& g : layout) {
-      if (g.total() > 0) s.groups.push_back(g.ranks);
-      else s.idle.insert(s.idle.end(), g.ranks.begin(), g.ranks.end());
+      if (g.total() > 0)
+        s.groups.push_back(g.ranks);
+      else
+        s.idle.insert(s.idle.end(), g.ranks.begin(), g.ranks.end());
     }
     std::sort(s.idle.begin(), s.idle.end());
     return s;
@@ -448,8 +453,10 @@ std::vector<Structure> Neighbours(const Cluster& cluster, const Structure& s, in
     Structure out;
     for (int slot = 0; slot < static_cast<int>(slots.size()); ++slot) {
       std::sort(slots[slot].begin(), slots[slot].end());
-      if (slot == k) out.idle = slots[slot];
-      else if (!slots[slot].empty()) out.groups.push_back(slots[slot]);
+      if (slot == k)
+        out.idle = slots[slot];
+      else if (!slots[slot].empty())
+        out.groups.push_back(slots[slot]);
     }
     return out;
   };
@@ -690,9 +697,9 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
   // ---- 3. Refinement of the best K.
   // Small clusters refine more distinct structures (refinement is cheap there).
   const int top_k = std::max(1, quick ? 1
-                                      : cluster.num_ranks() <= kStructureSearchUpTo
-                                          ? std::max(options.top_k, kSmallClusterTopK)
-                                          : options.top_k);
+                                : cluster.num_ranks() <= kStructureSearchUpTo
+                                    ? std::max(options.top_k, kSmallClusterTopK)
+                                    : options.top_k);
   std::vector<const Scored*> top = pool.Top(top_k);
   // Infeasible candidates that are fast may become feasible under the descent (it lowers memory
   // first): refine the fastest few of them too.
@@ -700,13 +707,12 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
     std::vector<const Scored*> fast;
     for (const Scored& s : pool.items())
       if (!s.score.feasible && s.max_memory_fraction < kInfeasibleSeedFraction) fast.push_back(&s);
-    std::stable_sort(fast.begin(), fast.end(), [](const Scored* a, const Scored* b) {
-      return a->seconds < b->seconds;
-    });
+    std::stable_sort(fast.begin(), fast.end(),
+                     [](const Scored* a, const Scored* b) { return a->seconds < b->seconds; });
     // One per membership, so different structures get a chance.
     std::vector<std::vector<std::vector<int>>> structures;
-    const size_t seeds = cluster.num_ranks() <= kStructureSearchUpTo ? 2 * kInfeasibleSeeds
-                                                                     : kInfeasibleSeeds;
+    const size_t seeds =
+        cluster.num_ranks() <= kStructureSearchUpTo ? 2 * kInfeasibleSeeds : kInfeasibleSeeds;
     for (const Scored* s : fast) {
       if (structures.size() >= seeds) break;
       std::vector<std::vector<int>> key = CandidatePool::MembershipKey(s->layout);
@@ -737,14 +743,16 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
   int num_groups = 0;
   for (const Scored* s : top) num_groups = std::max<int>(num_groups, s->layout.size());
   const int64_t trials =
-      quick ? 0 : (options.max_trials > 0 ? options.max_trials
-                                          : AutoTrials(cluster.num_ranks(), num_groups));
+      quick ? 0
+            : (options.max_trials > 0 ? options.max_trials
+                                      : AutoTrials(cluster.num_ranks(), num_groups));
   std::vector<Layout> refined(top.size());
   std::vector<Objective> refined_score(top.size());
   std::vector<double> refined_seconds(top.size());
   auto refine = [&](size_t index) {
     Layout start = top[index]->layout;
-    if (!quick && cluster.num_ranks() <= kClassSearchUpTo) start = ClassSearch(model, std::move(start), kClassEvaluations, clock);
+    if (!quick && cluster.num_ranks() <= kClassSearchUpTo)
+      start = ClassSearch(model, std::move(start), kClassEvaluations, clock);
     PlanState st(model, start);
     if (trials > 0) Descend(st, trials, [&] { return clock.Expired(); });
     refined[index] = st.layout();
@@ -788,8 +796,9 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
   SearchOutcome out;
   bool have = false;
   for (size_t i = 0; i < top.size(); ++i) {
-    StrategyResult r = Score(model, BuildPlan(model, refined[i], "hexiseq", top[i]->name + " refined"),
-                             top[i]->name + " refined");
+    StrategyResult r =
+        Score(model, BuildPlan(model, refined[i], "hexiseq", top[i]->name + " refined"),
+              top[i]->name + " refined");
     if (!have || Better(r, out.best)) {
       out.best = std::move(r);
       have = true;
@@ -820,13 +829,13 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
       if (b.applicable)
         table.push_back({"baseline " + b.strategy + " " + b.config, b.cost.iteration_seconds, 0,
                          b.cost.feasible, b.cost.max_memory_fraction});
-    std::stable_sort(table.begin(), table.end(), [](const CandidateRecord& a,
-                                                    const CandidateRecord& b) {
-      if (a.feasible != b.feasible) return a.feasible;
-      const double ta = a.refined_seconds > 0 ? a.refined_seconds : a.iteration_seconds;
-      const double tb = b.refined_seconds > 0 ? b.refined_seconds : b.iteration_seconds;
-      return ta < tb;
-    });
+    std::stable_sort(
+        table.begin(), table.end(), [](const CandidateRecord& a, const CandidateRecord& b) {
+          if (a.feasible != b.feasible) return a.feasible;
+          const double ta = a.refined_seconds > 0 ? a.refined_seconds : a.iteration_seconds;
+          const double tb = b.refined_seconds > 0 ? b.refined_seconds : b.iteration_seconds;
+          return ta < tb;
+        });
   }
   report(1);
   return out;
@@ -835,17 +844,18 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
 }  // namespace sched_internal
 
 Result<StrategyResult> Schedule(const CostModel& model, const ScheduleOptions& options) {
-  if (options.top_k < 1) return InvalidArgument("scheduler: top_k = " +
-                                                std::to_string(options.top_k) + ": must be >= 1");
-  if (options.threads < 1) return InvalidArgument("--threads = " +
-                                                  std::to_string(options.threads) +
-                                                  ": must be >= 1");
+  if (options.top_k < 1)
+    return InvalidArgument("scheduler: top_k = " + std::to_string(options.top_k) +
+                           ": must be >= 1");
+  if (options.threads < 1)
+    return InvalidArgument("--threads = " + std::to_string(options.threads) + ": must be >= 1");
   if (options.time_limit_seconds < 0)
     return InvalidArgument("--time-limit = " + std::to_string(options.time_limit_seconds) +
                            ": must be >= 0 (0 means no limit)");
   SearchOutcome out = RunScheduler(model, options, false);
   if (!out.best.cost.feasible) {
-    if (!options.explain_infeasible) return Infeasible("infeasible: " + out.best.cost.infeasible_reason);
+    if (!options.explain_infeasible)
+      return Infeasible("infeasible: " + out.best.cost.infeasible_reason);
     return Infeasible(ExplainInfeasible(model));
   }
   return out.best;

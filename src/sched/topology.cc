@@ -44,10 +44,9 @@ std::vector<Supernode> PartitionTopology(const Cluster& cluster) {
     if (!out.empty() && out.back().kind == s.kind) {
       Supernode& prev = out.back();
       const double link = SupernodeBandwidth(cluster, prev, s);
-      const double inside = std::min(prev.intra_bytes_per_second > 0 ? prev.intra_bytes_per_second
-                                                                      : link,
-                                     s.intra_bytes_per_second > 0 ? s.intra_bytes_per_second
-                                                                  : link);
+      const double inside =
+          std::min(prev.intra_bytes_per_second > 0 ? prev.intra_bytes_per_second : link,
+                   s.intra_bytes_per_second > 0 ? s.intra_bytes_per_second : link);
       if (link >= inside && s.intra_bytes_per_second > 0) {
         prev.ranks.insert(prev.ranks.end(), s.ranks.begin(), s.ranks.end());
         prev.gemm_flops += s.gemm_flops;

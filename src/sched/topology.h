@@ -11,13 +11,13 @@
 namespace hexiseq {
 
 struct Supernode {
-  std::vector<int> ranks;               // in rank order
-  int kind = 0;                         // node-kind index (a node holds one device type)
-  double gemm_flops = 0;                // sum of members' effective GEMM FLOP/s
-  double attention_flops = 0;           // sum of members' effective attention FLOP/s
-  double memory_bytes = 0;              // sum of members' capacity
-  double intra_bytes_per_second = 0;    // per GPU, per direction, inside the domain
-  double nic_bytes_per_second = 0;      // per GPU, per direction, to other domains
+  std::vector<int> ranks;             // in rank order
+  int kind = 0;                       // node-kind index (a node holds one device type)
+  double gemm_flops = 0;              // sum of members' effective GEMM FLOP/s
+  double attention_flops = 0;         // sum of members' effective attention FLOP/s
+  double memory_bytes = 0;            // sum of members' capacity
+  double intra_bytes_per_second = 0;  // per GPU, per direction, inside the domain
+  double nic_bytes_per_second = 0;    // per GPU, per direction, to other domains
 };
 
 // One supernode per node; then neighbouring nodes (in rank order) whose link is at least as fast

@@ -1,6 +1,7 @@
 // The device catalog: one row per GPU type with its datasheet peak, memory, bandwidths and the
 // achievable efficiencies for GEMM and attention, each row citing its public source. Efficiencies
-// are data: a cluster file (gemm_efficiency, attention_efficiency) or --device-table overrides them.
+// are data: a cluster file (gemm_efficiency, attention_efficiency) or --device-table overrides
+// them.
 #pragma once
 
 #include <string>
@@ -12,14 +13,14 @@ namespace hexiseq {
 
 struct DeviceSpec {
   std::string name;
-  double peak_flops = 0;            // dense BF16 (FP16 on V100) tensor FLOP/s, no sparsity
-  double memory_bytes = 0;          // usable HBM capacity
-  double hbm_bytes_per_second = 0;  // HBM bandwidth
+  double peak_flops = 0;                   // dense BF16 (FP16 on V100) tensor FLOP/s, no sparsity
+  double memory_bytes = 0;                 // usable HBM capacity
+  double hbm_bytes_per_second = 0;         // HBM bandwidth
   double intra_node_bytes_per_second = 0;  // default per-GPU, per-direction bandwidth in a node
   double nic_bytes_per_second = 0;         // default per-GPU, per-direction bandwidth off node
-  double gemm_efficiency = 0;       // achievable fraction of peak for large GEMMs
-  double attention_efficiency = 0;  // achievable fraction of peak for fused attention
-  std::string source;               // where the figures come from
+  double gemm_efficiency = 0;              // achievable fraction of peak for large GEMMs
+  double attention_efficiency = 0;         // achievable fraction of peak for fused attention
+  std::string source;                      // where the figures come from
 
   double GemmFlops() const { return peak_flops * gemm_efficiency; }
   double AttentionFlops() const { return peak_flops * attention_efficiency; }

@@ -7,11 +7,16 @@ namespace hexiseq {
 
 const char* ErrorCodeName(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kInvalidArgument: return "invalid argument";
-    case ErrorCode::kInfeasible: return "infeasible";
-    case ErrorCode::kNotSupported: return "not supported";
-    case ErrorCode::kIo: return "I/O error";
-    case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCode::kInfeasible:
+      return "infeasible";
+    case ErrorCode::kNotSupported:
+      return "not supported";
+    case ErrorCode::kIo:
+      return "I/O error";
+    case ErrorCode::kInternal:
+      return "internal error";
   }
   return "error";
 }

@@ -96,10 +96,9 @@ bool LooksLikePath(const std::string& text) {
          ends_with(".json");
 }
 
-const std::vector<std::string> kModelKeys = {"name",      "layers",          "hidden",     "heads",
-                                             "kv_heads",  "head_dim",        "ffn_hidden", "vocab",
-                                             "gated_mlp", "tied_embeddings", "source",
-                                             "rope_theta", "norm_eps"};
+const std::vector<std::string> kModelKeys = {
+    "name",  "layers",    "hidden",          "heads",  "kv_heads",   "head_dim", "ffn_hidden",
+    "vocab", "gated_mlp", "tied_embeddings", "source", "rope_theta", "norm_eps"};
 
 // rope_theta and norm_eps: optional, each a finite number > 0.
 Result<void> ReadTrainingReals(const std::vector<std::pair<std::string, YAML::Node>>& entries,

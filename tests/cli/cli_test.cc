@@ -28,7 +28,7 @@ std::string PlanArgs(const std::string& cluster, const std::string& extra = "") 
 
 TEST(Cli, CompareOnExampleClusterPrintsEveryStrategy) {
   CmdResult r = Hexiseq("compare --cluster " + Example("examples/clusters/h100-a100-16.yaml") +
-                  " --model llama3-8b --seq 256K");
+                        " --model llama3-8b --seq 256K");
   ASSERT_EQ(r.code, 0) << r.err;
   for (const char* s : {"ring", "ulysses", "usp", "hetero-ring", "subset", "hexiseq", "of ideal"})
     EXPECT_NE(r.out.find(s), std::string::npos) << s;
@@ -36,7 +36,7 @@ TEST(Cli, CompareOnExampleClusterPrintsEveryStrategy) {
 
 TEST(Cli, CompareJsonHasTheDocumentedFields) {
   CmdResult r = Hexiseq("compare --cluster " + Write("c.yaml", kGoodCluster) +
-                  " --model llama3-8b --seq 128K --format json");
+                        " --model llama3-8b --seq 128K --format json");
   ASSERT_EQ(r.code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_GT(j["ideal_tokens_per_second"].get<double>(), 0);
@@ -83,8 +83,8 @@ TEST(Cli, EmptyAndNonYamlFiles) {
 }
 
 TEST(Cli, UnknownGpuOffersClosestNames) {
-  const CmdResult r = Hexiseq(PlanArgs(
-      Write("gpu.yaml", "nodes:\n  - gpu: H10\n    count: 1\n    gpus_per_node: 8\n")));
+  const CmdResult r = Hexiseq(
+      PlanArgs(Write("gpu.yaml", "nodes:\n  - gpu: H10\n    count: 1\n    gpus_per_node: 8\n")));
   ExpectBadInput(r, {"H10", "H100-SXM"});
 }
 
@@ -92,18 +92,18 @@ TEST(Cli, NonPositiveQuantitiesAndUnits) {
   ExpectBadInput(Hexiseq(PlanArgs(Write(
                      "z.yaml", "nodes:\n  - gpu: H100-SXM\n    count: 0\n    gpus_per_node: 8\n"))),
                  {"nodes[0].count", "0"});
-  ExpectBadInput(
-      Hexiseq(PlanArgs(Write("u.yaml", "nodes:\n  - gpu: H100-SXM\n    count: 1\n"
-                                       "    gpus_per_node: 8\n    intra_node: fast\n"))),
-      {"intra_node", "fast", "GB/s"});
-  ExpectBadInput(
-      Hexiseq(PlanArgs(Write("n.yaml", "nodes:\n  - gpu: H100-SXM\n    count: 1\n"
-                                       "    gpus_per_node: 8\n    nic: -5 GB/s\n"))),
-      {"nic", "-5"});
-  ExpectBadInput(
-      Hexiseq(PlanArgs(Write("m.yaml", "nodes:\n  - gpu: {name: X, bf16_tflops: 100, memory: 0}\n"
-                                       "    count: 1\n    gpus_per_node: 8\n"))),
-      {"memory"});
+  ExpectBadInput(Hexiseq(PlanArgs(Write("u.yaml",
+                                        "nodes:\n  - gpu: H100-SXM\n    count: 1\n"
+                                        "    gpus_per_node: 8\n    intra_node: fast\n"))),
+                 {"intra_node", "fast", "GB/s"});
+  ExpectBadInput(Hexiseq(PlanArgs(Write("n.yaml",
+                                        "nodes:\n  - gpu: H100-SXM\n    count: 1\n"
+                                        "    gpus_per_node: 8\n    nic: -5 GB/s\n"))),
+                 {"nic", "-5"});
+  ExpectBadInput(Hexiseq(PlanArgs(Write("m.yaml",
+                                        "nodes:\n  - gpu: {name: X, bf16_tflops: 100, memory: 0}\n"
+                                        "    count: 1\n    gpus_per_node: 8\n"))),
+                 {"memory"});
   ExpectBadInput(Hexiseq(PlanArgs(Write("nonodes.yaml", "name: x\n"))), {"nodes"});
 }
 
@@ -111,8 +111,9 @@ TEST(Cli, UnknownModelAndBadHeads) {
   const std::string cluster = Write("c.yaml", kGoodCluster);
   ExpectBadInput(Hexiseq("plan --cluster " + cluster + " --model llama9 --seq 64K"),
                  {"llama9", "llama3-8b"});
-  const std::string model = Write("m.yaml", "layers: 2\nhidden: 48\nheads: 6\nkv_heads: 4\n"
-                                            "ffn_hidden: 128\nvocab: 256\n");
+  const std::string model = Write("m.yaml",
+                                  "layers: 2\nhidden: 48\nheads: 6\nkv_heads: 4\n"
+                                  "ffn_hidden: 128\nvocab: 256\n");
   ExpectBadInput(Hexiseq("plan --cluster " + cluster + " --model " + model + " --seq 64K"),
                  {"heads = 6", "kv_heads = 4", "divisible"});
 }
@@ -157,23 +158,36 @@ TEST(Cli, CorruptedPlansFailWithTheRightMessage) {
     nlohmann::json j = good;
     mutate(j);
     const std::string p = Write(std::string(name) + ".json", j.dump());
-    const CmdResult r = Hexiseq("validate --plan " + p + " --cluster " + cluster + " --model llama3-8b");
+    const CmdResult r =
+        Hexiseq("validate --plan " + p + " --cluster " + cluster + " --model llama3-8b");
     SCOPED_TRACE(name);
     ExpectBadInput(r, needles);
   };
-  check("overlap", [](auto& j) { j["groups"][0]["members"][0]["tokens"][0][1] =
-                                     j["groups"][0]["members"][0]["tokens"][0][1].template get<int64_t>() + 5; },
+  check("overlap",
+        [](auto& j) {
+          j["groups"][0]["members"][0]["tokens"][0][1] =
+              j["groups"][0]["members"][0]["tokens"][0][1].template get<int64_t>() + 5;
+        },
         {"are held by both"});
-  check("missing-tokens", [](auto& j) { j["groups"][0]["tokens"][0][0] = 1;
-                                        j["groups"][0]["members"][0]["tokens"][0][0] = 1; },
+  check("missing-tokens",
+        [](auto& j) {
+          j["groups"][0]["tokens"][0][0] = 1;
+          j["groups"][0]["members"][0]["tokens"][0][0] = 1;
+        },
         {"tokens [0, 1) are missing"});
   check("missing-head", [](auto& j) { j["groups"][0]["members"][0]["heads"].erase(0); },
         {"head 0 is missing"});
-  check("rank-range", [](auto& j) { j["groups"][0]["members"][0]["rank"] = 99;
-                                    j["groups"][0]["ranks"][0] = 99; },
+  check("rank-range",
+        [](auto& j) {
+          j["groups"][0]["members"][0]["rank"] = 99;
+          j["groups"][0]["ranks"][0] = 99;
+        },
         {"rank = 99: out of range"});
-  check("rank-repeated", [](auto& j) { j["groups"][0]["members"][1]["rank"] = 0;
-                                       j["groups"][0]["ranks"][1] = 0; },
+  check("rank-repeated",
+        [](auto& j) {
+          j["groups"][0]["members"][1]["rank"] = 0;
+          j["groups"][0]["ranks"][1] = 0;
+        },
         {"rank 0 appears twice"});
   check("format", [](auto& j) { j["format"] = "hexiseq.plan/0"; },
         {"format", "hexiseq.plan/0", "hexiseq.plan/1"});

@@ -139,7 +139,7 @@ TEST(CostModel, AllToAllBytesThreeRanksUneven) {
   const auto out = cm.AllToAllBytes(g, false);
   EXPECT_EQ(out[2][0], 2 * 1 * 16);  // rank 2 returns O of head 3 for rank 0's 2 tokens
   EXPECT_EQ(out[2][1], 7 * 1 * 16);
-  EXPECT_EQ(out[1][2], 0);           // rank 2 has no tokens
+  EXPECT_EQ(out[1][2], 0);  // rank 2 has no tokens
 }
 
 TEST(CostModel, MemoryHandComputedForSmallModel) {
@@ -172,13 +172,13 @@ TEST(CostModel, MemoryHandComputedForSmallModel) {
   // Full recompute: layer inputs (16 tokens x 64 x 2 B x 2 layers) + one layer's activations
   // (16 x 2 B x (4*64 + 3*128)) + head layout Q, O (2 heads) and K, V (1 KV head) for the group's
   // 32 tokens x 8 dims x 2 B, plus LSE (32 x 2 heads x 4 B).
-  const double act = 16 * 64 * 2 * 2 + 16 * 2 * (4 * 64 + 3 * 128) + 32 * (8 * 2 * (4 + 2)) +
-                     32 * 2 * 4;
+  const double act =
+      16 * 64 * 2 * 2 + 16 * 2 * (4 * 64 + 3 * 128) + 32 * (8 * 2 * (4 + 2)) + 32 * 2 * 4;
   EXPECT_DOUBLE_EQ(rc.memory.activations, act);
   // Backward working set: dO (bf16) + dQ (fp32) for 2 heads, dK + dV (fp32) for 1 KV head.
   EXPECT_DOUBLE_EQ(rc.memory.attention_working, 32 * 8 * (2 * (2 + 4) + 1 * 2 * 4));
-  EXPECT_DOUBLE_EQ(rc.memory.ring_buffers, 0);              // one group: no ring
-  EXPECT_DOUBLE_EQ(rc.memory.logits, 16 * 256 * 4 * 2);     // logits + grad, fp32
+  EXPECT_DOUBLE_EQ(rc.memory.ring_buffers, 0);           // one group: no ring
+  EXPECT_DOUBLE_EQ(rc.memory.logits, 16 * 256 * 4 * 2);  // logits + grad, fp32
   EXPECT_DOUBLE_EQ(rc.memory_capacity_bytes, 0.9 * kGiB);
   EXPECT_DOUBLE_EQ(rc.memory_bytes, rc.memory.total());
 }
@@ -201,8 +201,8 @@ TEST(CostModel, IdealIsLowerBoundAndUsesSpecialisation) {
   // Two devices, one good at GEMMs, one at attention: the LP bound lets each do what it is best
   // at, so it is below the time of any same-mix split.
   const ModelSpec model = Llama8b();
-  const Cluster cluster = MakeCluster(
-      {Device("G", 1000, 0.9, 0.3), Device("A", 1000, 0.3, 0.9)}, {1, 1}, 1, 0);
+  const Cluster cluster =
+      MakeCluster({Device("G", 1000, 0.9, 0.3), Device("A", 1000, 0.3, 0.9)}, {1, 1}, 1, 0);
   Workload w;
   w.seq_len = 65536;
   const CostModel cm(cluster, model, w);

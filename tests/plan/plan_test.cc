@@ -1,7 +1,7 @@
 // Plan JSON round trip, validation of every invariant, and corrupted plans.
-#include <gtest/gtest.h>
-
 #include "plan/plan.h"
+
+#include <gtest/gtest.h>
 
 namespace hexiseq {
 namespace {

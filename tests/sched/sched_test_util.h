@@ -39,7 +39,8 @@ inline Cluster RandomSmallCluster(std::mt19937_64& rng, int ranks) {
   }
   // Split ranks among types (each >= 1).
   std::vector<int> per_type(types, 1);
-  for (int r = types; r < ranks; ++r) per_type[std::uniform_int_distribution<int>(0, types - 1)(rng)]++;
+  for (int r = types; r < ranks; ++r)
+    per_type[std::uniform_int_distribution<int>(0, types - 1)(rng)]++;
   Cluster c;
   c.name = "random";
   std::uniform_real_distribution<double> intra(16, 450), nic(5, 50), unit(0, 1);

@@ -32,8 +32,8 @@ double BestBaselineSeconds(const CostModel& model) {
 }
 
 TEST(PlanState, IncrementalScoreMatchesFullEvaluation) {
-  Cluster cluster = MakeCluster({Device("H100-SXM"), Device("A100-SXM-80G"), Device("L40S")},
-                                {1, 1, 1}, 4, 25e9);
+  Cluster cluster =
+      MakeCluster({Device("H100-SXM"), Device("A100-SXM-80G"), Device("L40S")}, {1, 1, 1}, 4, 25e9);
   CostModel model(cluster, Model("llama3-8b"), Work(131072));
   sched_internal::Layout layout;
   for (int node = 0; node < 3; ++node) {
@@ -78,7 +78,8 @@ TEST(PlanState, LayoutRoundTripsThroughPlan) {
   const StrategyResult ring = RingBaseline(model);
   sched_internal::Layout layout;
   ASSERT_TRUE(sched_internal::LayoutFromPlan(ring.plan, layout));
-  const Plan rebuilt = sched_internal::BuildPlan(model, layout, ring.plan.strategy, ring.plan.config);
+  const Plan rebuilt =
+      sched_internal::BuildPlan(model, layout, ring.plan.strategy, ring.plan.config);
   EXPECT_NEAR(model.Evaluate(rebuilt).iteration_seconds, ring.cost.iteration_seconds,
               1e-12 * ring.cost.iteration_seconds);
 }

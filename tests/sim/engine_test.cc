@@ -1,12 +1,13 @@
 // The event engine against closed forms: one message (latency + bytes / bandwidth), fair sharing
 // of a port, NIC pools, compute priorities; and independence from the order ops are added.
+#include "sim/engine.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
 #include <random>
 
-#include "sim/engine.h"
 #include "sim_test_util.h"
 
 namespace hexiseq::sim {
@@ -90,8 +91,8 @@ TEST(Engine, ReadyComputeRunsByPriority) {
 
 // A random DAG of compute and messages on two 4-GPU nodes, built in two different op orders.
 TEST(Engine, ResultDoesNotDependOnInsertionOrder) {
-  const Cluster cluster = MakeCluster({simtest::Device("H100-SXM"), simtest::Device("L40S")},
-                                      {1, 1}, 4, 25e9);
+  const Cluster cluster =
+      MakeCluster({simtest::Device("H100-SXM"), simtest::Device("L40S")}, {1, 1}, 4, 25e9);
   std::mt19937_64 rng(7);
   const int n = 400;
   std::vector<Op> ops;

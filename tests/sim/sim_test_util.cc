@@ -132,7 +132,8 @@ Plan RandomPlan(const CostModel& cost, std::mt19937_64& rng, GroupShape shape, d
       m.rank = groups[k][i];
       m.device = cluster.device(m.rank).name;
       m.node = cluster.ranks[m.rank].node;
-      m.tokens = group_tokens > 0 ? SliceByOffset(group.tokens, offset, member_tokens[i]) : Ranges{};
+      m.tokens =
+          group_tokens > 0 ? SliceByOffset(group.tokens, offset, member_tokens[i]) : Ranges{};
       offset += member_tokens[i];
       if (group_tokens > 0) {
         m.heads.assign(head_ids.begin() + head_pos, head_ids.begin() + head_pos + member_heads[i]);

@@ -1,11 +1,12 @@
 // The simulator end to end: closed form on one rank, byte-identical output, JSON and trace
 // formats, bad input.
+#include "sim/simulator.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <random>
 
-#include "sim/simulator.h"
 #include "sim/trace.h"
 #include "sim_test_util.h"
 

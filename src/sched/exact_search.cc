@@ -165,13 +165,7 @@ Layout ExactLayout(const Structure& structure, const std::vector<int>& group_ste
     g.heads = heads[k];
     layout.push_back(std::move(g));
   }
-  if (!structure.idle.empty()) {
-    GroupLayout g;
-    g.ranks = structure.idle;
-    g.tokens.assign(g.ranks.size(), 0);
-    g.heads.assign(g.ranks.size(), 0);
-    layout.push_back(std::move(g));
-  }
+  AppendIdleGroup(structure, layout);
   return layout;
 }
 

@@ -64,6 +64,15 @@ double Clock::Elapsed() const {
 }
 bool Clock::Expired() const { return limit_ > 0 && Elapsed() >= limit_; }
 
+void AppendIdleGroup(const Structure& structure, Layout& layout) {
+  if (structure.idle.empty()) return;
+  GroupLayout g;
+  g.ranks = structure.idle;
+  g.tokens.assign(g.ranks.size(), 0);
+  g.heads.assign(g.ranks.size(), 0);
+  layout.push_back(std::move(g));
+}
+
 Layout MakeLayout(const CostModel& model, const Structure& structure,
                   const std::vector<int64_t>& group_tokens) {
   Layout layout;
@@ -77,13 +86,7 @@ Layout MakeLayout(const CostModel& model, const Structure& structure,
     g.heads = t > 0 ? HeadsByAttention(model, g.ranks) : std::vector<int>(g.ranks.size(), 0);
     layout.push_back(std::move(g));
   }
-  if (!structure.idle.empty()) {
-    GroupLayout g;
-    g.ranks = structure.idle;
-    g.tokens.assign(g.ranks.size(), 0);
-    g.heads.assign(g.ranks.size(), 0);
-    layout.push_back(std::move(g));
-  }
+  AppendIdleGroup(structure, layout);
   return layout;
 }
 

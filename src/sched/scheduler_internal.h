@@ -28,6 +28,8 @@ class Clock {
   double limit_;
 };
 
+// Appends the structure's idle ranks, if any, as one group with no tokens and no heads.
+void AppendIdleGroup(const Structure& structure, Layout& layout);
 // Layout with the given tokens per active group (mirrored head + tail chunks), member tokens by
 // GEMM speed and heads by attention speed; the idle ranks form one idle group at the end.
 Layout MakeLayout(const CostModel& model, const Structure& structure,

@@ -145,9 +145,10 @@ BruteForce BruteForceDomain(const CostModel& model, const ExactGrid& grid) {
           ForEachComposition(grid.group_steps, active, 1, [&](const std::vector<int>& steps) {
             std::vector<std::vector<int>> member_steps(active), member_heads(active);
             std::function<void(int)> choose = [&](int g) {  // member steps and heads per group
-              if (g == active)
+              if (g == active) {
                 return score(BruteForcePlan(model, grid, groups, idle_last, steps, member_steps,
                                             member_heads));
+              }
               const int m = static_cast<int>(groups[g].size());
               ForEachComposition(grid.member_steps, m, 0, [&](const std::vector<int>& ms) {
                 ForEachComposition(heads, m, 0, [&](const std::vector<int>& hs) {
@@ -297,12 +298,14 @@ TEST(ExactSearch, CostModelPropertiesTheBoundsRelyOn) {
     ExpectMemoryBound(model, plan);
     const int rank = g0.ranks[0];
     const RankCost &a = cost.ranks[rank], &b = cost2.ranks[rank];
-    if (layout[0].tokens[0] > 0 && g0.tokens[0] > 0)
+    if (layout[0].tokens[0] > 0 && g0.tokens[0] > 0) {
       EXPECT_NEAR(a.linear_seconds / layout[0].tokens[0], b.linear_seconds / g0.tokens[0],
                   1e-12 * a.linear_seconds / layout[0].tokens[0]);
-    if (layout[0].heads[0] > 0 && g0.heads[0] > 0)
+    }
+    if (layout[0].heads[0] > 0 && g0.heads[0] > 0) {
       EXPECT_NEAR(a.attention_seconds / layout[0].heads[0], b.attention_seconds / g0.heads[0],
                   1e-12 * a.attention_seconds / layout[0].heads[0]);
+    }
   }
   EXPECT_GE(checked, 50);
 }
@@ -360,7 +363,9 @@ TEST(ExactSearch, ExactPlanValidatesAndIsDeterministic) {
     ASSERT_TRUE(Validate(exact->plan, cluster, model.model()));
     EXPECT_EQ(exact->strategy, "exact");
     const PlanCost snapped = SnappedScheduler(model, scheduled->plan, {});
-    if (snapped.feasible) EXPECT_LE(exact->cost.iteration_seconds, snapped.iteration_seconds);
+    if (snapped.feasible) {
+      EXPECT_LE(exact->cost.iteration_seconds, snapped.iteration_seconds);
+    }
     double best_baseline = std::numeric_limits<double>::infinity();
     for (const StrategyResult& b : AllBaselines(model))
       if (b.feasible()) best_baseline = std::min(best_baseline, b.cost.iteration_seconds);

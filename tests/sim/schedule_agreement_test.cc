@@ -29,12 +29,17 @@ std::vector<MessageKey> SimulatedMessages(const Plan& plan, const CostModel& cos
   return messages;
 }
 
-std::vector<MessageKey> ScheduledMessages(const Plan& plan, const CostModel& cost) {
+// The schedule's element sizes for the cost model's model and workload.
+ScheduleSizes SizesOf(const CostModel& cost) {
   ScheduleSizes sizes;
   sizes.head_dim = cost.model().head_dim;
   sizes.element_bytes = cost.workload().bytes_per_element;
   sizes.lse_bytes = kFp32Bytes;
-  auto schedule = BuildLayerSchedule(plan, sizes);
+  return sizes;
+}
+
+std::vector<MessageKey> ScheduledMessages(const Plan& plan, const CostModel& cost) {
+  auto schedule = BuildLayerSchedule(plan, SizesOf(cost));
   EXPECT_TRUE(schedule.has_value());
   std::vector<MessageKey> messages;
   auto add_direction = [&](Direction direction) {
@@ -109,10 +114,7 @@ TEST(ScheduleAgreement, CostModelAllToAllBytesAreTheSchedules) {
   Workload workload;
   workload.seq_len = 40961;
   const CostModel cost(cluster, *LoadModel("llama3-8b"), workload);
-  ScheduleSizes sizes;
-  sizes.head_dim = cost.model().head_dim;
-  sizes.element_bytes = workload.bytes_per_element;
-  sizes.lse_bytes = kFp32Bytes;
+  const ScheduleSizes sizes = SizesOf(cost);
   std::mt19937_64 rng(5);
   for (int trial = 0; trial < 8; ++trial) {
     const Plan plan = simtest::RandomPlan(cost, rng, simtest::GroupShape::kAny, 0.4);
@@ -155,11 +157,7 @@ namespace {
 // bytes, forward and backward: random uneven plans (contiguous groups, replicas, MHA rings with
 // several primaries per group) and the zigzag baselines (ring, usp, hetero-ring).
 void ExpectRingBytesMatch(const Plan& plan, const CostModel& cost, const std::string& where) {
-  ScheduleSizes sizes;
-  sizes.head_dim = cost.model().head_dim;
-  sizes.element_bytes = cost.workload().bytes_per_element;
-  sizes.lse_bytes = kFp32Bytes;
-  auto schedule = BuildLayerSchedule(plan, sizes);
+  auto schedule = BuildLayerSchedule(plan, SizesOf(cost));
   ASSERT_TRUE(schedule.has_value()) << where;
   for (Direction direction : {Direction::kForward, Direction::kBackward}) {
     const bool backward = direction == Direction::kBackward;
@@ -184,10 +182,7 @@ void ExpectRingBytesMatch(const Plan& plan, const CostModel& cost, const std::st
 // the model's per-peer traffic (GroupChainTraffic), so each block is charged to the link it
 // crosses.
 void ExpectChainLinksMatch(const Plan& plan, const CostModel& cost, const std::string& where) {
-  ScheduleSizes sizes;
-  sizes.head_dim = cost.model().head_dim;
-  sizes.element_bytes = cost.workload().bytes_per_element;
-  sizes.lse_bytes = kFp32Bytes;
+  const ScheduleSizes sizes = SizesOf(cost);
   auto schedule = BuildLayerSchedule(plan, sizes);
   ASSERT_TRUE(schedule.has_value()) << where;
   using Link = std::pair<int, int>;  // plan group indices

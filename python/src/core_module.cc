@@ -217,12 +217,15 @@ void BindPlanParts(py::module_& m) {
   py::class_<PlanGroup>(m, "PlanGroup")
       .def_readonly("ranks", &PlanGroup::ranks)
       .def_property_readonly("tokens", [](const PlanGroup& x) { return RangesToList(x.tokens); })
-      .def_readonly("members", &PlanGroup::members);
+      .def_readonly("members", &PlanGroup::members)
+      .def_readonly("replica", &PlanGroup::replica);
 }
 
 void BindPlan(py::module_& m) {
   BindPlanParts(m);
-  py::class_<Plan>(m, "Plan", "A plan (format hexiseq.plan/1): groups, members, tokens, heads")
+  py::class_<Plan>(m, "Plan",
+                   "A plan (format hexiseq.plan/2): replicas and their sequences, left-out "
+                   "ranks, groups, members, tokens, heads")
       .def_readonly("strategy", &Plan::strategy)
       .def_readonly("config", &Plan::config)
       .def_readonly("model", &Plan::model)
@@ -232,6 +235,16 @@ void BindPlan(py::module_& m) {
       .def_readonly("num_kv_heads", &Plan::num_kv_heads)
       .def_readonly("num_ranks", &Plan::num_ranks)
       .def_readonly("groups", &Plan::groups)
+      .def_readonly("zero_stage", &Plan::zero_stage)
+      .def_readonly("recompute", &Plan::recompute)
+      .def_readonly("left_out", &Plan::left_out)
+      .def_property_readonly("replica_sequences",
+                             [](const Plan& p) {
+                               std::vector<int> sequences;
+                               for (int r = 0; r < NumReplicas(p); ++r)
+                                 sequences.push_back(ReplicaSequences(p, r));
+                               return sequences;
+                             })
       .def_property_readonly("predicted",
                              [](const Plan& p) { return PredictionToPython(p.predicted); })
       .def_property_readonly("hash", &PlanHash)

@@ -87,31 +87,54 @@ int CostModel::GradSyncPasses() const {
   return workload_.zero_stage >= 3 ? kZero3Passes : kAllReducePasses;
 }
 
+std::vector<int> CostModel::NodeParticipants(const Plan& plan) const {
+  std::vector<int> node_ranks;
+  for (const NodeInfo& node : cluster_.nodes) node_ranks.push_back(node.num_ranks);
+  for (int rank : plan.left_out)
+    if (rank >= 0 && rank < cluster_.num_ranks()) --node_ranks[cluster_.ranks[rank].node];
+  return node_ranks;
+}
+
 double CostModel::GradSyncPassSeconds() const {
-  const int num_nodes = static_cast<int>(cluster_.nodes.size());
-  if (cluster_.num_ranks() <= 1) return 0;
+  std::vector<int> node_ranks;
+  for (const NodeInfo& node : cluster_.nodes) node_ranks.push_back(node.num_ranks);
+  return GradSyncPassSeconds(node_ranks);
+}
+
+double CostModel::GradSyncPassSeconds(const std::vector<int>& node_ranks) const {
+  std::vector<int> nodes;  // the nodes that take part, in cluster order
+  int participants = 0;
+  for (size_t index = 0; index < cluster_.nodes.size(); ++index) {
+    if (node_ranks[index] <= 0) continue;
+    nodes.push_back(static_cast<int>(index));
+    participants += node_ranks[index];
+  }
+  if (participants <= 1) return 0;
   const double bucket = GradBucketBytes();
   // Phase A: each node's ring; every port carries one flow per step.
   double intra_seconds = 0;
-  for (const NodeInfo& node : cluster_.nodes) {
-    if (node.num_ranks <= 1) continue;
-    const NodeKind& kind = cluster_.kinds[node.kind];
-    const double step =
-        kind.latency_seconds + bucket / node.num_ranks / kind.intra_node_bytes_per_second;
-    intra_seconds = std::max(intra_seconds, (node.num_ranks - 1) * step);
+  for (int index : nodes) {
+    const int gpus = node_ranks[index];
+    if (gpus <= 1) continue;
+    const NodeKind& kind = cluster_.kinds[cluster_.nodes[index].kind];
+    const double step = kind.latency_seconds + bucket / gpus / kind.intra_node_bytes_per_second;
+    intra_seconds = std::max(intra_seconds, (gpus - 1) * step);
   }
+  const int num_nodes = static_cast<int>(nodes.size());
   if (num_nodes <= 1) return intra_seconds;
   // Phase B: the ring over nodes, every step bounded by its slowest node-to-node hop. A receiving
   // GPU takes ceil(g_i / g_next) of the sender's flows on its NIC port.
   double slowest_step = 0;
   for (int index = 0; index < num_nodes; ++index) {
-    const NodeInfo& from = cluster_.nodes[index];
-    const NodeInfo& to = cluster_.nodes[(index + 1) % num_nodes];
-    const int flows_per_receiver = (from.num_ranks + to.num_ranks - 1) / to.num_ranks;
+    const NodeInfo& from = cluster_.nodes[nodes[index]];
+    const NodeInfo& to = cluster_.nodes[nodes[(index + 1) % num_nodes]];
+    const int from_gpus = node_ranks[nodes[index]];
+    const int to_gpus = node_ranks[nodes[(index + 1) % num_nodes]];
+    const int flows_per_receiver = (from_gpus + to_gpus - 1) / to_gpus;
     const double rate = std::min({cluster_.Bandwidth(from.first_rank, to.first_rank),
                                   cluster_.NicPortBandwidth(to.kind) / flows_per_receiver,
                                   cluster_.NicPortBandwidth(from.kind)});
-    const double flow_bytes = bucket / num_nodes / from.num_ranks;
+    const double flow_bytes = bucket / num_nodes / from_gpus;
     slowest_step = std::max(slowest_step,
                             cluster_.Latency(from.first_rank, to.first_rank) + flow_bytes / rate);
   }
@@ -125,9 +148,26 @@ double CostModel::GradSyncTotalSeconds() const {
   return rounds * model_.layers * GradSyncPasses() * GradSyncPassSeconds();
 }
 
+double CostModel::GradSyncTotalSeconds(const Plan& plan) const {
+  int busiest = 0;
+  for (int replica = 0; replica < NumReplicas(plan); ++replica)
+    busiest = std::max(busiest, ReplicaSequences(plan, replica));
+  const double rounds = workload_.zero_stage >= 3 ? busiest : 1.0;
+  return rounds * model_.layers * GradSyncPasses() * GradSyncPassSeconds(NodeParticipants(plan));
+}
+
 MemoryBreakdown CostModel::ModelStateMemory() const {
+  return ModelStateMemory(cluster_.num_ranks());
+}
+
+int CostModel::ShardRanks(const Plan& plan) const {
+  if (workload_.shard_ranks > 0) return workload_.shard_ranks;
+  return plan.num_ranks - static_cast<int>(plan.left_out.size());
+}
+
+MemoryBreakdown CostModel::ModelStateMemory(int shard_ranks) const {
   const double params = model_.TotalParams();
-  const double n = std::max(1, cluster_.num_ranks());
+  const double n = std::max(1, shard_ranks);
   const int z = workload_.zero_stage;
   MemoryBreakdown m;
   m.weights = k_.weight_bytes_per_param * params / (z >= 3 ? n : 1.0);
@@ -162,7 +202,7 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
   const int num_heads = model_.heads, num_kv = model_.kv_heads;
   const int64_t group_tokens = TotalTokens(group.tokens);
   const size_t m = group.members.size();
-  const MemoryBreakdown state = ModelStateMemory();
+  const MemoryBreakdown state = ModelStateMemory(ShardRanks(plan));
 
   GroupCost out;
   out.members.resize(m);
@@ -691,6 +731,7 @@ std::vector<std::vector<double>> CostModel::AllToAllBytes(const PlanGroup& group
 PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& groups) const {
   PlanCost cost;
   cost.ranks.resize(cluster_.num_ranks());
+  for (int rank = 0; rank < cluster_.num_ranks(); ++rank) cost.ranks[rank].rank = rank;
   double local_fwd = 0, ring_fwd = 0, local_bwd = 0, ring_bwd = 0, selective = 0, head = 0;
   int local_group = -1, ring_group = -1;
   double max_fraction = -1;
@@ -742,16 +783,18 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
   cost.recompute_seconds = layers * recompute;
   cost.head_seconds = workload_.batch * head;
 
-  // Gradient synchronization over all ranks (weights are replicated across CP and HP),
-  // overlapped with the iteration's compute except for the last bucket (one layer's worth).
+  // Gradient synchronization over the participating ranks (weights are replicated across CP
+  // and HP), overlapped with the iteration's compute except for the last bucket.
   const double busy =
       cost.local_seconds + cost.ring_seconds + cost.recompute_seconds + cost.head_seconds;
-  const double bucket_seconds = GradSyncPasses() * GradSyncPassSeconds();
-  cost.grad_sync_seconds = std::max(bucket_seconds, GradSyncTotalSeconds() - busy);
+  const double rounds = workload_.zero_stage >= 3 ? workload_.batch : 1.0;
+  cost.grad_sync_seconds = ExposedGradSync(plan, busy, rounds);
   cost.iteration_seconds = busy + cost.grad_sync_seconds;
   cost.tokens_per_second =
       workload_.batch * static_cast<double>(workload_.seq_len) / cost.iteration_seconds;
-  for (RankCost& rc : cost.ranks) rc.grad_sync_seconds = cost.grad_sync_seconds;
+  for (const GroupCost& gc : groups)
+    for (const RankCost& member : gc.members)
+      cost.ranks[member.rank].grad_sync_seconds = cost.grad_sync_seconds;
 
   // Bottleneck: the largest phase and the rank that sets it.
   const bool ring_dominates = cost.ring_seconds >= cost.local_seconds;
@@ -804,7 +847,57 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
   return cost;
 }
 
+double CostModel::ExposedGradSync(const Plan& plan, double busy_seconds, double rounds) const {
+  const double pass = GradSyncPassSeconds(NodeParticipants(plan));
+  const double bucket = GradSyncPasses() * pass;
+  return std::max(bucket, rounds * model_.layers * bucket - busy_seconds);
+}
+
+PlanCost CostModel::EvaluateReplicas(const Plan& plan) const {
+  Workload replica_workload = workload_;
+  replica_workload.shard_ranks = ShardRanks(plan);
+  std::vector<PlanCost> parts;
+  std::vector<std::vector<int>> members;
+  int slowest = 0, busiest = 0;
+  for (int replica = 0; replica < NumReplicas(plan); ++replica) {
+    replica_workload.batch = ReplicaSequences(plan, replica);
+    busiest = std::max(busiest, replica_workload.batch);
+    const Plan replica_plan = ReplicaPlan(plan, replica);
+    parts.push_back(CostModel(cluster_, model_, replica_workload, k_).Evaluate(replica_plan));
+    members.push_back(ParticipatingRanks(replica_plan));
+    auto busy = [](const PlanCost& part) {
+      return part.iteration_seconds - part.grad_sync_seconds;
+    };
+    if (busy(parts.back()) > busy(parts[slowest])) slowest = replica;
+  }
+  // The slowest replica sets the phases and the bottleneck; every rank keeps its own figures.
+  PlanCost cost = parts[slowest];
+  const double slowest_busy = cost.iteration_seconds - cost.grad_sync_seconds;
+  cost.feasible = true;
+  cost.infeasible_reason.clear();
+  for (size_t replica = 0; replica < parts.size(); ++replica) {
+    const PlanCost& part = parts[replica];
+    for (int rank : members[replica]) cost.ranks[rank] = part.ranks[rank];
+    cost.max_memory_fraction = std::max(cost.max_memory_fraction, part.max_memory_fraction);
+    if (part.feasible || !cost.feasible) continue;
+    cost.feasible = false;
+    cost.infeasible_reason = "replica " + std::to_string(replica) + ": " + part.infeasible_reason;
+  }
+  for (int rank : plan.left_out) cost.ranks[rank] = RankCost{.rank = rank};
+  const double rounds = workload_.zero_stage >= 3 ? busiest : 1.0;
+  cost.grad_sync_seconds = ExposedGradSync(plan, slowest_busy, rounds);
+  for (const std::vector<int>& ranks : members)
+    for (int rank : ranks) cost.ranks[rank].grad_sync_seconds = cost.grad_sync_seconds;
+  cost.iteration_seconds = slowest_busy + cost.grad_sync_seconds;
+  cost.tokens_per_second =
+      plan.batch * static_cast<double>(workload_.seq_len) / cost.iteration_seconds;
+  if (cost.grad_sync_seconds > std::max(cost.local_seconds, cost.ring_seconds))
+    cost.bottleneck_phase = "gradient synchronization";
+  return cost;
+}
+
 PlanCost CostModel::Evaluate(const Plan& plan) const {
+  if (NumReplicas(plan) > 1) return EvaluateReplicas(plan);
   const std::vector<RingContext> rings = RingContexts(plan);
   std::vector<GroupCost> groups;
   groups.reserve(plan.groups.size());

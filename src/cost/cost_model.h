@@ -16,6 +16,13 @@
 // incremental re-scoring ignores that second-order change for groups a move does not touch (the
 // final plan is scored in full).
 // Iteration = batch x layers x (fwd + bwd + recompute) + LM head + exposed gradient sync.
+// Data-parallel replicas: each replica's share of the batch is scored as a one-replica plan
+// (ReplicaPlan); the iteration is the slowest replica's busy time plus the gradient sync over
+// every participating rank that the slowest replica's compute does not hide (a bucket is ready
+// when the last replica has finished that layer's backward). Under ZeRO-3 every participant
+// gathers and reduce-scatters once per sequence of the replica with the most sequences. Left-out
+// ranks hold no state and take no part in the sync; ZeRO shards model state over the
+// participating ranks.
 // Deliberately ignored: kernel launch overheads, NIC sharing between GPUs of a node (each GPU has
 // its own NIC), the overlap of K/V and dK/dV transfers on one port (their times add),
 // norms/RoPE/softmax FLOPs (< 1%).
@@ -112,11 +119,12 @@ class CostModel {
   CostModel(const Cluster& cluster, const ModelSpec& model, const Workload& workload,
             CostConstants constants = {});
 
-  // Full evaluation. REQUIRES: Validate(plan, cluster, model) succeeded.
+  // Full evaluation, any number of replicas. REQUIRES: Validate(plan, cluster, model) succeeded.
   PlanCost Evaluate(const Plan& plan) const;
 
-  // Incremental interface. The ring order is the plan's group order, skipping groups without
-  // tokens. A group's cost depends on itself, its ring neighbours and two plan-wide figures.
+  // Incremental interface, for one-replica plans (left-out ranks allowed). The ring order is the
+  // plan's group order, skipping groups without tokens. A group's cost depends on itself, its ring
+  // neighbours and two plan-wide figures.
   struct RingContext {
     int prev = 0, next = 0;        // ring neighbours (== group when alone or idle)
     int ring_size = 1;             // groups that hold tokens
@@ -137,8 +145,12 @@ class CostModel {
   double TotalLinearFlops() const;
   double TotalAttentionFlops() const;
 
-  // Model-state memory per rank (weights + gradients + optimizer) for the ZeRO stage.
+  // Model-state memory per rank (weights + gradients + optimizer) for the ZeRO stage, sharded
+  // over `shard_ranks` ranks (default: every rank of the cluster).
   MemoryBreakdown ModelStateMemory() const;
+  MemoryBreakdown ModelStateMemory(int shard_ranks) const;
+  // The ranks the plan shards model state over: workload().shard_ranks, else its participants.
+  int ShardRanks(const Plan& plan) const;
 
   // Bytes member i sends to member j in the group's all-to-all: inbound (token -> head layout)
   // carries Q[tau_i, eta_j] and K, V[tau_i, kv(eta_j)]; outbound carries O[tau_j, eta_i] back.
@@ -195,10 +207,17 @@ class CostModel {
   // phases reversed, so it takes as long. Phases are separated by barriers. Under ZeRO-3 a bucket
   // makes three passes per sequence (all-gather forward, all-gather backward, reduce-scatter),
   // else two (an all-reduce) per iteration.
+  // Only the participating ranks take part: `node_ranks[i]` of node i (NodeParticipants), nodes
+  // with none skipped; the default is every rank.
   double GradBucketBytes() const;
   int GradSyncPasses() const;
-  double GradSyncPassSeconds() const;   // one pass of one bucket: slowest node's A + B
+  std::vector<int> NodeParticipants(const Plan& plan) const;  // participating ranks per node
+  double GradSyncPassSeconds() const;  // one pass of one bucket: slowest node's A + B
+  double GradSyncPassSeconds(const std::vector<int>& node_ranks) const;
   double GradSyncTotalSeconds() const;  // every bucket of an iteration, not overlapped
+  // The sync of a plan: `rounds` (ZeRO-3: sequences of the busiest replica; else 1) x layers x
+  // passes x pass seconds over its participants.
+  double GradSyncTotalSeconds(const Plan& plan) const;
 
   const Cluster& cluster() const { return cluster_; }
   const ModelSpec& model() const { return model_; }
@@ -220,6 +239,11 @@ class CostModel {
 
   double LinearForwardFlopsPerToken() const;  // all layers' GEMMs per token, one layer
   double KvBytesPerTokenPerKvHead() const;    // K and V, one KV head
+  // Several replicas: each scored as a one-replica plan, then the sync over all participants.
+  PlanCost EvaluateReplicas(const Plan& plan) const;
+  // The gradient sync not hidden behind `busy_seconds` of compute: all buckets of `rounds`
+  // rounds over the plan's participants, at least the last bucket.
+  double ExposedGradSync(const Plan& plan, double busy_seconds, double rounds) const;
 
   Cluster cluster_;
   ModelSpec model_;

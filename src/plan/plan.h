@@ -1,7 +1,10 @@
-// The plan: HexiSeq's central value type. Which ranks form each all-to-all (HP) group, which
-// token ranges each group and each member own, and which query heads each member computes.
-// It is data, not code: the planner emits it, the cost model and simulator score it, the runtime
-// executes it. Serialized as JSON with "format": "hexiseq.plan/1" (see DESIGN.md).
+// The plan: HexiSeq's central value type. Which data-parallel replicas there are and how many
+// sequences of the batch each takes, which ranks are left out, and inside each replica which
+// ranks form each all-to-all (HP) group, which token ranges each group and each member own, and
+// which query heads each member computes. It is data, not code: the planner emits it, the cost
+// model and simulator score it, the runtime executes it. Serialized as JSON with
+// "format": "hexiseq.plan/2" (docs/design.md); "hexiseq.plan/1" files (no replicas) still load,
+// as one replica over every rank.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +19,8 @@
 
 namespace hexiseq {
 
-inline constexpr const char* kPlanFormat = "hexiseq.plan/1";
+inline constexpr const char* kPlanFormat = "hexiseq.plan/2";
+inline constexpr const char* kPlanFormatV1 = "hexiseq.plan/1";  // read only: one replica
 
 struct PlanMember {
   int rank = 0;
@@ -31,6 +35,7 @@ struct PlanGroup {
   std::vector<int> ranks;  // the all-to-all group, in member order
   Ranges tokens;           // Sigma_k
   std::vector<PlanMember> members;
+  int replica = 0;  // the data-parallel replica the group belongs to
   bool operator==(const PlanGroup&) const = default;
 };
 
@@ -57,13 +62,18 @@ struct Plan {
   std::string config;    // human-readable configuration, e.g. "cp=4 hp=4 hp-in-node"
   std::string model;     // model name
   int64_t seq_len = 0;
-  int batch = 1;
+  int batch = 1;  // sequences per iteration, over all replicas
   std::string recompute = "full";
-  int zero_stage = 3;
+  int zero_stage = 3;  // sharded over the participating ranks (every rank not left out)
   int num_heads = 0;
   int num_kv_heads = 0;
   int num_ranks = 0;
-  std::vector<PlanGroup> groups;  // the ring order of the sub-rings is the group order
+  // Every replica's groups, replica by replica (PlanGroup::replica never decreases); inside a
+  // replica the group order is the ring order of its sub-rings.
+  std::vector<PlanGroup> groups;
+  // Sequences per iteration of each replica (sums to batch). Empty: one replica with `batch`.
+  std::vector<int> replica_sequences;
+  std::vector<int> left_out;  // sorted ranks in no replica: no state, no gradient sync
   std::optional<PlanPrediction> predicted;
   std::string planner;     // provenance: planner name and version
   std::string input_hash;  // provenance: hash of cluster + model + workload
@@ -88,6 +98,15 @@ uint64_t PlanHash(const Plan& plan);
 Result<void> Validate(const Plan& plan, const Cluster& cluster, const ModelSpec& model);
 // Invariants that need only the plan itself (used by the runtime, which has no cluster).
 Result<void> ValidateStructure(const Plan& plan);
+
+// Replicas. A plan with replica_sequences empty has one replica that takes the whole batch.
+int NumReplicas(const Plan& plan);
+int ReplicaSequences(const Plan& plan, int replica);
+// The ranks that take part (in some group, so in some replica), sorted.
+std::vector<int> ParticipatingRanks(const Plan& plan);
+// Replica `replica` as a one-replica plan over the same cluster: its groups (in order), batch =
+// its sequences, every other rank left out, no prediction. REQUIRES 0 <= replica < NumReplicas.
+Plan ReplicaPlan(const Plan& plan, int replica);
 
 // The query-head ids whose KV head is g: [g * H/G, (g+1) * H/G).
 inline int KvHeadOf(int head, int num_heads, int num_kv_heads) {

@@ -1,7 +1,8 @@
-// Plan <-> JSON ("hexiseq.plan/1"), and the plan hash. The reader checks every field's type and
-// range against spec/limits.h, rejects unknown and repeated keys (as the YAML readers do), and
-// limits nesting depth and file size; each error names the file, the JSON path, the value, the
-// rule and a hint. Semantic invariants (partitions, rank sets) are Validate()'s job.
+// Plan <-> JSON ("hexiseq.plan/2"; "hexiseq.plan/1" is read as one replica), and the plan hash. The
+// reader checks every field's type and range against spec/limits.h, rejects unknown and repeated
+// keys (as the YAML readers do), and limits nesting depth and file size; each error names the file,
+// the JSON path, the value, the rule and a hint. Semantic invariants (partitions, rank sets) are
+// Validate()'s job.
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -22,10 +23,16 @@ using nlohmann::json;
 // The keys of each object of a plan: exactly what PlanToJson writes (the one writer: the CLI,
 // the Python package and the trainer all save plans through it), plus `planner` and
 // `input_hash` at the top level, where plans before `provenance` kept them.
-const std::vector<std::string> kPlanKeys = {"format",    "strategy",     "config",    "model",
-                                            "seq_len",   "batch",        "recompute", "zero_stage",
-                                            "num_heads", "num_kv_heads", "num_ranks", "groups",
-                                            "predicted", "provenance",   "planner",   "input_hash"};
+const std::vector<std::string> kPlanKeys = {
+    "format",    "strategy",   "config",     "model",        "seq_len",   "batch",
+    "recompute", "zero_stage", "num_heads",  "num_kv_heads", "num_ranks", "replicas",
+    "left_out",  "predicted",  "provenance", "planner",      "input_hash"};
+// hexiseq.plan/1: one replica, its groups at the top level.
+const std::vector<std::string> kPlanV1Keys = {
+    "format",    "strategy",   "config",    "model",        "seq_len",   "batch",
+    "recompute", "zero_stage", "num_heads", "num_kv_heads", "num_ranks", "groups",
+    "predicted", "provenance", "planner",   "input_hash"};
+const std::vector<std::string> kReplicaKeys = {"sequences", "groups"};
 const std::vector<std::string> kGroupKeys = {"ranks", "tokens", "members"};
 const std::vector<std::string> kMemberKeys = {"rank", "device", "node", "tokens", "heads"};
 const std::vector<std::string> kPredictedKeys = {"iteration_seconds", "tokens_per_second", "ranks"};
@@ -262,18 +269,49 @@ Result<PlanGroup> ReadGroup(const Reader& reader, const json& value, const std::
   return group;
 }
 
-Result<std::vector<PlanGroup>> ReadGroups(const Reader& reader, const json& plan) {
-  HEXISEQ_TRY(groups, reader.Field(plan, "", "groups", true));
-  if (!groups->is_array() || groups->size() > static_cast<size_t>(kMaxRanks))
-    return reader.Fail("groups", Show(*groups), "must be a list of groups",
+// The groups of `object` (the plan in hexiseq.plan/1, a replica in /2), appended to `out`.
+Result<void> ReadGroups(const Reader& reader, const json& object, const std::string& path,
+                        int replica, std::vector<PlanGroup>& out) {
+  HEXISEQ_TRY(groups, reader.Field(object, path, "groups", true));
+  const std::string groups_path = Key(path, "groups");
+  if (!groups->is_array() || groups->size() + out.size() > static_cast<size_t>(kMaxRanks))
+    return reader.Fail(groups_path, Show(*groups), "must be a list of groups",
                        "at most " + std::to_string(kMaxRanks) + " groups (docs/limits.md)");
-  std::vector<PlanGroup> out;
-  out.reserve(groups->size());
   for (size_t index = 0; index < groups->size(); ++index) {
-    HEXISEQ_TRY(group, ReadGroup(reader, (*groups)[index], Index("groups", index)));
+    HEXISEQ_TRY(group, ReadGroup(reader, (*groups)[index], Index(groups_path, index)));
+    group.replica = replica;
     out.push_back(std::move(group));
   }
-  return out;
+  return {};
+}
+
+// hexiseq.plan/2: "replicas" (each its sequences and groups) and "left_out".
+Result<void> ReadReplicas(const Reader& reader, const json& plan_json, Plan& plan) {
+  HEXISEQ_TRY(replicas, reader.Field(plan_json, "", "replicas", true));
+  if (!replicas->is_array() || replicas->empty() ||
+      replicas->size() > static_cast<size_t>(kMaxRanks))
+    return reader.Fail("replicas", Show(*replicas), "must be a non-empty list of replicas",
+                       "each replica is {\"sequences\": N, \"groups\": [...]}, at most " +
+                           std::to_string(kMaxRanks));
+  for (size_t index = 0; index < replicas->size(); ++index) {
+    const json& replica = (*replicas)[index];
+    const std::string path = Index("replicas", index);
+    HEXISEQ_TRY_VOID(reader.Object(replica, path, kReplicaKeys, "a replica"));
+    HEXISEQ_TRY(sequences_node, reader.Field(replica, path, "sequences", true));
+    HEXISEQ_TRY(sequences, reader.Int(*sequences_node, Key(path, "sequences"), 1, kMaxBatch,
+                                      "sequences per iteration of the replica (docs/limits.md)"));
+    plan.replica_sequences.push_back(static_cast<int>(sequences));
+    HEXISEQ_TRY_VOID(ReadGroups(reader, replica, path, static_cast<int>(index), plan.groups));
+  }
+  // One replica that takes the whole batch is the plan without replicas (replica_sequences
+  // empty), so a hexiseq.plan/1 file and its /2 rewrite are the same Plan.
+  if (plan.replica_sequences.size() == 1 && plan.replica_sequences[0] == plan.batch)
+    plan.replica_sequences.clear();
+  HEXISEQ_TRY(left_out, reader.Field(plan_json, "", "left_out", false));
+  if (!left_out) return {};
+  HEXISEQ_TRY(ranks, reader.IntList(*left_out, "left_out", kMaxRanks - 1, kRankRule));
+  plan.left_out = std::move(ranks);
+  return {};
 }
 
 Result<RankPrediction> ReadRankPrediction(const Reader& reader, const json& value,
@@ -342,10 +380,11 @@ Result<void> ReadProvenance(const Reader& reader, const json& plan_json, Plan& p
 Result<void> ReadHeader(const Reader& reader, const json& plan_json, Plan& plan) {
   HEXISEQ_TRY(format_node, reader.Field(plan_json, "", "format", true));
   HEXISEQ_TRY(format, reader.String(*format_node, "format"));
-  if (format != kPlanFormat)
-    return reader.Fail("format", Show(*format_node), std::string("must be \"") + kPlanFormat + "\"",
-                       "the plan format this version of hexiseq reads", kRegenerateHint);
-  plan.format = format;
+  if (format != kPlanFormat && format != kPlanFormatV1)
+    return reader.Fail("format", Show(*format_node),
+                       std::string("must be \"") + kPlanFormat + "\" or \"" + kPlanFormatV1 + "\"",
+                       "the plan formats this version of hexiseq reads", kRegenerateHint);
+  plan.format = kPlanFormat;  // a /1 plan is read as one replica
   for (auto [key, target] : {std::pair{"strategy", &plan.strategy},
                              {"config", &plan.config},
                              {"model", &plan.model},
@@ -390,11 +429,17 @@ Result<void> ReadHeader(const Reader& reader, const json& plan_json, Plan& plan)
 
 Result<Plan> FromJson(const json& plan_json, const std::string& source) {
   const Reader reader(source);
-  HEXISEQ_TRY_VOID(reader.Object(plan_json, "", kPlanKeys, "a plan"));
+  const auto format = plan_json.is_object() ? plan_json.find("format") : plan_json.end();
+  const bool version1 = format != plan_json.end() && *format == kPlanFormatV1;
+  HEXISEQ_TRY_VOID(reader.Object(plan_json, "", version1 ? kPlanV1Keys : kPlanKeys,
+                                 version1 ? std::string("a hexiseq.plan/1 plan") : "a plan"));
   Plan plan;
   HEXISEQ_TRY_VOID(ReadHeader(reader, plan_json, plan));
-  HEXISEQ_TRY(groups, ReadGroups(reader, plan_json));
-  plan.groups = std::move(groups);
+  if (version1) {
+    HEXISEQ_TRY_VOID(ReadGroups(reader, plan_json, "", 0, plan.groups));
+  } else {
+    HEXISEQ_TRY_VOID(ReadReplicas(reader, plan_json, plan));
+  }
   if (auto it = plan_json.find("predicted"); it != plan_json.end()) {
     HEXISEQ_TRY(prediction, ReadPrediction(reader, *it));
     plan.predicted = std::move(prediction);
@@ -480,7 +525,7 @@ Result<json> ParseChecked(const std::string& text, const std::string& source_nam
   if (const size_t offset = FindTooDeep(text, kMaxJsonDepth); offset != std::string::npos)
     return InvalidArgument(source_name + ": nested deeper than " + std::to_string(kMaxJsonDepth) +
                            " lists or objects at byte " + std::to_string(offset) + " (rule: a " +
-                           kPlanFormat + " plan nests at most 5 deep; hint: " + kRegenerateHint +
+                           kPlanFormat + " plan nests at most 9 deep; hint: " + kRegenerateHint +
                            ")");
   DuplicateKeyFinder duplicates;
   json parsed;
@@ -512,7 +557,9 @@ std::string PlanToJson(const Plan& plan, int indent) {
   j["num_heads"] = plan.num_heads;
   j["num_kv_heads"] = plan.num_kv_heads;
   j["num_ranks"] = plan.num_ranks;
-  json groups = json::array();
+  json replicas = json::array();
+  for (int r = 0; r < NumReplicas(plan); ++r)
+    replicas.push_back({{"sequences", ReplicaSequences(plan, r)}, {"groups", json::array()}});
   for (const PlanGroup& g : plan.groups) {
     json gj;
     gj["ranks"] = g.ranks;
@@ -528,9 +575,10 @@ std::string PlanToJson(const Plan& plan, int indent) {
       members.push_back(std::move(mj));
     }
     gj["members"] = std::move(members);
-    groups.push_back(std::move(gj));
+    replicas[std::clamp(g.replica, 0, NumReplicas(plan) - 1)]["groups"].push_back(std::move(gj));
   }
-  j["groups"] = std::move(groups);
+  j["replicas"] = std::move(replicas);
+  if (!plan.left_out.empty()) j["left_out"] = plan.left_out;
   if (plan.predicted) {
     const PlanPrediction& p = *plan.predicted;
     json pj;
@@ -597,8 +645,14 @@ uint64_t PlanHash(const Plan& plan) {
   mix(plan.num_heads);
   mix(plan.num_kv_heads);
   mix(plan.num_ranks);
+  mix(plan.batch);
+  mix(NumReplicas(plan));
+  for (int r = 0; r < NumReplicas(plan); ++r) mix(ReplicaSequences(plan, r));
+  mix(static_cast<int64_t>(plan.left_out.size()));
+  for (int rank : plan.left_out) mix(rank);
   mix(static_cast<int64_t>(plan.groups.size()));
   for (const PlanGroup& g : plan.groups) {
+    mix(g.replica);
     mix(static_cast<int64_t>(g.ranks.size()));
     for (int r : g.ranks) mix(r);
     mix(static_cast<int64_t>(g.tokens.size()));

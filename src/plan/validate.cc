@@ -100,23 +100,66 @@ void CheckRanges(const Ranges& ranges, int64_t seq_len, const std::string& where
   }
 }
 
-void CheckStructure(const Plan& plan, Violations& v) {
-  if (plan.format != kPlanFormat)
-    v.Add("format = \"" + plan.format + "\": must be \"" + kPlanFormat + "\"");
-  if (plan.seq_len < 1) v.Add("seq_len = " + std::to_string(plan.seq_len) + ": must be >= 1");
-  if (plan.num_heads < 1 || plan.num_kv_heads < 1 || plan.num_heads % plan.num_kv_heads != 0) {
-    v.Add("num_heads = " + std::to_string(plan.num_heads) + ", num_kv_heads = " +
-          std::to_string(plan.num_kv_heads) + ": must be >= 1 with num_heads % num_kv_heads == 0");
-    return;
-  }
-  if (plan.num_ranks < 1) v.Add("num_ranks = " + std::to_string(plan.num_ranks) + ": must be >= 1");
-  if (plan.groups.empty()) v.Add("groups is empty: a plan needs at least one group");
+// The group's path as the JSON names it: groups[g] in a one-replica plan, else
+// replicas[r].groups[i].
+std::string GroupLabel(const Plan& plan, size_t g) {
+  if (NumReplicas(plan) == 1) return "groups[" + std::to_string(g) + "]";
+  size_t first = g;
+  while (first > 0 && plan.groups[first - 1].replica == plan.groups[g].replica) --first;
+  return "replicas[" + std::to_string(plan.groups[g].replica) + "].groups[" +
+         std::to_string(g - first) + "]";
+}
 
-  // Ranks: in range, exactly once, group.ranks == members' ranks.
+// Replicas: sequences, group order, left-out ranks.
+void CheckReplicas(const Plan& plan, Violations& v) {
+  const int replicas = NumReplicas(plan);
+  if (!plan.replica_sequences.empty()) {
+    int64_t total = 0;
+    for (int r = 0; r < replicas; ++r) {
+      total += plan.replica_sequences[r];
+      if (plan.replica_sequences[r] < 1)
+        v.Add("replicas[" + std::to_string(r) +
+              "].sequences = " + std::to_string(plan.replica_sequences[r]) +
+              ": must be >= 1 (hint: drop a replica that takes no sequences)");
+    }
+    if (total != plan.batch)
+      v.Add("the replicas' sequences sum to " + std::to_string(total) + " but batch = " +
+            std::to_string(plan.batch) + " (rule: the replicas share the batch exactly)");
+  }
+  std::vector<int> groups_of(replicas, 0);
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    const int replica = plan.groups[g].replica;
+    if (replica < 0 || replica >= replicas) {
+      v.Add("groups[" + std::to_string(g) + "].replica = " + std::to_string(replica) +
+            ": out of range [0, " + std::to_string(replicas) + ")");
+      continue;
+    }
+    if (g > 0 && plan.groups[g - 1].replica > replica)
+      v.Add("groups[" + std::to_string(g) + "] of replica " + std::to_string(replica) +
+            " follows a group of replica " + std::to_string(plan.groups[g - 1].replica) +
+            " (rule: groups are listed replica by replica)");
+    ++groups_of[replica];
+  }
+  for (int r = 0; r < replicas; ++r)
+    if (groups_of[r] == 0)
+      v.Add("replica " + std::to_string(r) + " has no groups (rule: a replica needs a group)");
+  for (size_t i = 0; i < plan.left_out.size(); ++i) {
+    const int rank = plan.left_out[i];
+    if (rank < 0 || rank >= plan.num_ranks)
+      v.Add("left_out has " + std::to_string(rank) + ": out of range [0, " +
+            std::to_string(plan.num_ranks) + ")");
+    if (i > 0 && plan.left_out[i - 1] >= rank)
+      v.Add("left_out must be sorted and distinct (at " + std::to_string(rank) + ")");
+  }
+}
+
+// Ranks: in range, exactly once (in one group or left out), group.ranks == members' ranks.
+void CheckRanks(const Plan& plan, Violations& v) {
   std::map<int, std::string> seen;
+  for (int rank : plan.left_out) seen[rank] = "left_out";
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const PlanGroup& group = plan.groups[g];
-    const std::string gp = "groups[" + std::to_string(g) + "]";
+    const std::string gp = GroupLabel(plan, g);
     if (group.ranks.size() != group.members.size()) {
       v.Add(gp + ": ranks lists " + std::to_string(group.ranks.size()) + " ranks but members has " +
             std::to_string(group.members.size()) + " entries");
@@ -132,7 +175,7 @@ void CheckStructure(const Plan& plan, Violations& v) {
               std::to_string(plan.num_ranks) + ")");
       } else if (auto it = seen.find(rank); it != seen.end()) {
         v.Add("rank " + std::to_string(rank) + " appears twice: in " + it->second + " and " + mp +
-              " (rule: every rank in exactly one group)");
+              " (rule: every rank in exactly one group, or left out)");
       } else {
         seen[rank] = mp;
       }
@@ -141,16 +184,58 @@ void CheckStructure(const Plan& plan, Violations& v) {
   for (int rank = 0; rank < plan.num_ranks; ++rank)
     if (!seen.count(rank))
       v.Add("rank " + std::to_string(rank) +
-            " is in no group (rule: every rank in exactly one "
-            "group; hint: idle ranks go in a group with no tokens)");
+            " is in no group (rule: every rank in exactly one group, or in left_out; hint: idle "
+            "ranks go in a group with no tokens)");
+  if (!plan.groups.empty() && seen.size() == plan.left_out.size())
+    v.Add("every rank is left out (rule: at least one rank takes part)");
+}
 
-  // Tokens: groups partition [0, S); members partition their group.
-  std::vector<std::pair<std::string, Ranges>> group_parts;
+// Heads of one group: the members' heads partition {0..H-1} where the group holds tokens.
+void CheckHeads(const Plan& plan, const PlanGroup& group, const std::string& gp, Violations& v) {
+  const bool has_tokens = TotalTokens(group.tokens) > 0;
+  std::vector<int> holder(plan.num_heads, -1);
+  for (size_t m = 0; m < group.members.size(); ++m) {
+    const PlanMember& member = group.members[m];
+    const std::string mp =
+        gp + ".members[" + std::to_string(m) + "] (rank " + std::to_string(member.rank) + ")";
+    if (!has_tokens && !member.heads.empty()) {
+      v.Add(mp + " holds heads in a group with no tokens (rule: idle ranks hold no heads)");
+      continue;
+    }
+    for (size_t i = 0; i < member.heads.size(); ++i) {
+      const int head = member.heads[i];
+      if (head < 0 || head >= plan.num_heads) {
+        v.Add(mp + ".heads has " + std::to_string(head) + ": out of range [0, " +
+              std::to_string(plan.num_heads) + ")");
+        continue;
+      }
+      if (i > 0 && member.heads[i - 1] >= head)
+        v.Add(mp + ".heads must be sorted and distinct (at " + std::to_string(head) + ")");
+      if (holder[head] >= 0 && holder[head] != member.rank)
+        v.Add(gp + ": head " + std::to_string(head) + " is held by ranks " +
+              std::to_string(holder[head]) + " and " + std::to_string(member.rank) +
+              " (rule: each head in exactly one member of the group)");
+      holder[head] = member.rank;
+    }
+  }
+  if (!has_tokens) return;
+  for (int head = 0; head < plan.num_heads; ++head)
+    if (holder[head] < 0)
+      v.Add(gp + ": head " + std::to_string(head) +
+            " is missing (rule: the members' heads partition 0.." +
+            std::to_string(plan.num_heads - 1) + ")");
+}
+
+// Tokens: each replica's groups partition [0, S); members partition their group.
+void CheckTokens(const Plan& plan, Violations& v) {
+  const int replicas = NumReplicas(plan);
+  std::vector<std::vector<std::pair<std::string, Ranges>>> group_parts(replicas);
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const PlanGroup& group = plan.groups[g];
-    const std::string gp = "groups[" + std::to_string(g) + "]";
+    const std::string gp = GroupLabel(plan, g);
     CheckRanges(group.tokens, plan.seq_len, gp + ".tokens", v);
-    group_parts.push_back({gp, group.tokens});
+    if (group.replica >= 0 && group.replica < replicas)
+      group_parts[group.replica].push_back({gp, group.tokens});
     std::vector<std::pair<std::string, Ranges>> member_parts;
     for (size_t m = 0; m < group.members.size(); ++m) {
       const std::string mp = gp + ".members[" + std::to_string(m) + "] (rank " +
@@ -159,43 +244,27 @@ void CheckStructure(const Plan& plan, Violations& v) {
       member_parts.push_back({mp, group.members[m].tokens});
     }
     CheckPartition(group.tokens, member_parts, gp + " members", v);
-
-    // Heads.
-    const bool has_tokens = TotalTokens(group.tokens) > 0;
-    std::vector<int> holder(plan.num_heads, -1);
-    for (size_t m = 0; m < group.members.size(); ++m) {
-      const PlanMember& member = group.members[m];
-      const std::string mp =
-          gp + ".members[" + std::to_string(m) + "] (rank " + std::to_string(member.rank) + ")";
-      if (!has_tokens && !member.heads.empty()) {
-        v.Add(mp + " holds heads in a group with no tokens (rule: idle ranks hold no heads)");
-        continue;
-      }
-      for (size_t i = 0; i < member.heads.size(); ++i) {
-        const int head = member.heads[i];
-        if (head < 0 || head >= plan.num_heads) {
-          v.Add(mp + ".heads has " + std::to_string(head) + ": out of range [0, " +
-                std::to_string(plan.num_heads) + ")");
-          continue;
-        }
-        if (i > 0 && member.heads[i - 1] >= head)
-          v.Add(mp + ".heads must be sorted and distinct (at " + std::to_string(head) + ")");
-        if (holder[head] >= 0 && holder[head] != member.rank)
-          v.Add(gp + ": head " + std::to_string(head) + " is held by ranks " +
-                std::to_string(holder[head]) + " and " + std::to_string(member.rank) +
-                " (rule: each head in exactly one member of the group)");
-        holder[head] = member.rank;
-      }
-    }
-    if (has_tokens) {
-      for (int head = 0; head < plan.num_heads; ++head)
-        if (holder[head] < 0)
-          v.Add(gp + ": head " + std::to_string(head) +
-                " is missing (rule: the members' heads partition 0.." +
-                std::to_string(plan.num_heads - 1) + ")");
-    }
+    CheckHeads(plan, group, gp, v);
   }
-  CheckPartition({{0, plan.seq_len}}, group_parts, "groups", v);
+  for (int r = 0; r < replicas; ++r)
+    CheckPartition({{0, plan.seq_len}}, group_parts[r],
+                   replicas == 1 ? "groups" : "replicas[" + std::to_string(r) + "].groups", v);
+}
+
+void CheckStructure(const Plan& plan, Violations& v) {
+  if (plan.format != kPlanFormat)
+    v.Add("format = \"" + plan.format + "\": must be \"" + kPlanFormat + "\"");
+  if (plan.seq_len < 1) v.Add("seq_len = " + std::to_string(plan.seq_len) + ": must be >= 1");
+  if (plan.num_heads < 1 || plan.num_kv_heads < 1 || plan.num_heads % plan.num_kv_heads != 0) {
+    v.Add("num_heads = " + std::to_string(plan.num_heads) + ", num_kv_heads = " +
+          std::to_string(plan.num_kv_heads) + ": must be >= 1 with num_heads % num_kv_heads == 0");
+    return;
+  }
+  if (plan.num_ranks < 1) v.Add("num_ranks = " + std::to_string(plan.num_ranks) + ": must be >= 1");
+  if (plan.groups.empty()) v.Add("groups is empty: a plan needs at least one group");
+  CheckReplicas(plan, v);
+  CheckRanks(plan, v);
+  CheckTokens(plan, v);
 }
 
 }  // namespace
@@ -221,7 +290,7 @@ Result<void> Validate(const Plan& plan, const Cluster& cluster, const ModelSpec&
     for (size_t m = 0; m < plan.groups[g].members.size(); ++m) {
       const PlanMember& member = plan.groups[g].members[m];
       if (member.rank < 0 || member.rank >= cluster.num_ranks()) continue;
-      const std::string mp = "groups[" + std::to_string(g) + "].members[" + std::to_string(m) + "]";
+      const std::string mp = GroupLabel(plan, g) + ".members[" + std::to_string(m) + "]";
       const std::string& want = cluster.device(member.rank).name;
       if (!member.device.empty() && member.device != want)
         v.Add(mp + ".device = \"" + member.device + "\" but rank " + std::to_string(member.rank) +

@@ -63,6 +63,7 @@ struct Workload {
   int batch = 1;        // sequences per iteration (processed one after another)
   Recompute recompute = Recompute::kFull;
   int zero_stage = 3;           // 0..3
+  int shard_ranks = 0;          // ranks ZeRO shards model state over; 0: the plan's participants
   double memory_reserve = 0.1;  // fraction of each device's memory kept free
   int bytes_per_element = 2;    // bf16 activations
   bool operator==(const Workload&) const = default;

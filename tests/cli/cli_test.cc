@@ -165,32 +165,34 @@ TEST(Cli, CorruptedPlansFailWithTheRightMessage) {
   };
   check("overlap",
         [](auto& j) {
-          j["groups"][0]["members"][0]["tokens"][0][1] =
-              j["groups"][0]["members"][0]["tokens"][0][1].template get<int64_t>() + 5;
+          j["replicas"][0]["groups"][0]["members"][0]["tokens"][0][1] =
+              j["replicas"][0]["groups"][0]["members"][0]["tokens"][0][1].template get<int64_t>() +
+              5;
         },
         {"are held by both"});
   check("missing-tokens",
         [](auto& j) {
-          j["groups"][0]["tokens"][0][0] = 1;
-          j["groups"][0]["members"][0]["tokens"][0][0] = 1;
+          j["replicas"][0]["groups"][0]["tokens"][0][0] = 1;
+          j["replicas"][0]["groups"][0]["members"][0]["tokens"][0][0] = 1;
         },
         {"tokens [0, 1) are missing"});
-  check("missing-head", [](auto& j) { j["groups"][0]["members"][0]["heads"].erase(0); },
+  check("missing-head",
+        [](auto& j) { j["replicas"][0]["groups"][0]["members"][0]["heads"].erase(0); },
         {"head 0 is missing"});
   check("rank-range",
         [](auto& j) {
-          j["groups"][0]["members"][0]["rank"] = 99;
-          j["groups"][0]["ranks"][0] = 99;
+          j["replicas"][0]["groups"][0]["members"][0]["rank"] = 99;
+          j["replicas"][0]["groups"][0]["ranks"][0] = 99;
         },
         {"rank = 99: out of range"});
   check("rank-repeated",
         [](auto& j) {
-          j["groups"][0]["members"][1]["rank"] = 0;
-          j["groups"][0]["ranks"][1] = 0;
+          j["replicas"][0]["groups"][0]["members"][1]["rank"] = 0;
+          j["replicas"][0]["groups"][0]["ranks"][1] = 0;
         },
         {"rank 0 appears twice"});
   check("format", [](auto& j) { j["format"] = "hexiseq.plan/0"; },
-        {"format", "hexiseq.plan/0", "hexiseq.plan/1"});
+        {"format", "hexiseq.plan/0", "hexiseq.plan/2", "hexiseq.plan/1"});
 }
 
 }  // namespace

@@ -183,6 +183,67 @@ TEST(CostModel, MemoryHandComputedForSmallModel) {
   EXPECT_DOUBLE_EQ(rc.memory_bytes, rc.memory.total());
 }
 
+// Two replicas of one GPU each (3 and 1 sequences) and a third GPU left out, by hand: every
+// replica is a single GPU (no communication inside it), so its time is its FLOPs over its rates;
+// the gradient all-reduce (ZeRO-1: one reduce-scatter + one all-gather per iteration) is a ring
+// over the two participating nodes, one step of half a bucket each pass.
+TEST(CostModel, TwoReplicasAndALeftOutRankHandComputed) {
+  const ModelSpec model = Tiny();
+  const Cluster cluster =
+      MakeCluster({Device("Fast", 200, 0.8, 0.5), Device("Slow", 100, 0.7, 0.4)}, {1, 2}, 1, 10e9);
+  Workload w;
+  w.seq_len = 64;
+  w.batch = 4;
+  w.zero_stage = 1;
+  w.recompute = Recompute::kFull;
+  const CostModel cm(cluster, model, w);
+  Plan p;
+  p.seq_len = 64;
+  p.batch = 4;
+  p.num_heads = 4;
+  p.num_kv_heads = 2;
+  p.num_ranks = 3;
+  p.zero_stage = 1;
+  p.replica_sequences = {3, 1};
+  for (int rank = 0; rank < 2; ++rank)
+    p.groups.push_back({{rank}, {{0, 64}}, {{rank, "", -1, {{0, 64}}, {0, 1, 2, 3}}}, rank});
+  p.left_out = {2};
+  ASSERT_TRUE(Validate(p, cluster, model)) << Validate(p, cluster, model).error().message;
+  const PlanCost cost = cm.Evaluate(p);
+
+  const double layer_params = 64 * 32 + 2 * 64 * 16 + 32 * 64 + 3 * 64 * 128;
+  const double s = 64, layers = 2;
+  // Full recompute: linear x (1 + 2 + 1), attention x (1 + 2.5 + 1); LM head x (1 + 2).
+  const double linear = layers * 4 * 2 * layer_params * s + 3 * 2 * s * 256 * 64;
+  const double attention = layers * 4.5 * 4 * 8 * 4 * (s * (s + 1) / 2);
+  const double fast = linear / (200e12 * 0.8) + attention / (200e12 * 0.5);
+  const double slow = linear / (100e12 * 0.7) + attention / (100e12 * 0.4);
+  const double busy = std::max(3 * fast, 1 * slow);
+  const double bucket = model.TotalParams() * 2 / layers;
+  const double pass = cluster.Latency(0, 1) + bucket / 2 / std::min(cluster.Bandwidth(0, 1), 10e9);
+  const double sync = std::max(2 * pass, layers * 2 * pass - busy);
+  EXPECT_NEAR(cost.iteration_seconds / (busy + sync), 1.0, 1e-9);
+  EXPECT_NEAR(cost.grad_sync_seconds / sync, 1.0, 1e-9);
+  EXPECT_NEAR(cost.tokens_per_second / (4 * 64 / (busy + sync)), 1.0, 1e-9);
+  EXPECT_NEAR(cost.ranks[0].compute_seconds() / (3 * fast), 1.0, 1e-9);
+  EXPECT_NEAR(cost.ranks[1].compute_seconds() / slow, 1.0, 1e-9);
+  // ZeRO-1 shards Adam's state over the 2 participants; the left-out rank holds nothing.
+  EXPECT_DOUBLE_EQ(cost.ranks[0].memory.optimizer, 12 * model.TotalParams() / 2);
+  EXPECT_DOUBLE_EQ(cost.ranks[2].memory_bytes, 0);
+  EXPECT_DOUBLE_EQ(cost.ranks[2].grad_sync_seconds, 0);
+  EXPECT_DOUBLE_EQ(cost.ranks[2].compute_seconds(), 0);
+  EXPECT_EQ(cost.ranks[2].rank, 2);
+  EXPECT_TRUE(cost.feasible);
+  // The left-out rank takes no part in the sync: the same plan with rank 2 in an idle group of
+  // replica 1 syncs over all three nodes and shards over three.
+  Plan idle = p;
+  idle.left_out.clear();
+  idle.groups.push_back({{2}, {}, {{2, "", -1, {}, {}}}, 1});
+  const PlanCost with_idle = cm.Evaluate(idle);
+  EXPECT_GT(with_idle.grad_sync_seconds, cost.grad_sync_seconds);
+  EXPECT_DOUBLE_EQ(with_idle.ranks[0].memory.optimizer, 12 * model.TotalParams() / 3);
+}
+
 TEST(CostModel, InfeasibleNamesRankNeedsAndHas) {
   const ModelSpec model = Llama8b();
   const Cluster cluster = MakeCluster({Device("Small", 100, 0.8, 0.6, 8)}, {1}, 2, 0);

@@ -22,15 +22,15 @@ using nlohmann::json;
 // Two groups over 3 ranks (one idle), S = 8, H = 2, G = 1, with a prediction and provenance:
 // every key the writer emits.
 constexpr const char* kGoodPlan = R"({
-  "format": "hexiseq.plan/1", "strategy": "test", "config": "cp=2", "model": "tiny",
+  "format": "hexiseq.plan/2", "strategy": "test", "config": "cp=2", "model": "tiny",
   "seq_len": 8, "batch": 1, "recompute": "full", "zero_stage": 3,
   "num_heads": 2, "num_kv_heads": 1, "num_ranks": 3,
-  "groups": [
+  "replicas": [{"sequences": 1, "groups": [
     {"ranks": [0, 1], "tokens": [[0, 8]],
      "members": [{"rank": 0, "device": "H100-SXM", "node": 0, "tokens": [[0, 5]], "heads": [0]},
                  {"rank": 1, "device": "H100-SXM", "node": 0, "tokens": [[5, 8]], "heads": [1]}]},
     {"ranks": [2], "tokens": [],
-     "members": [{"rank": 2, "device": "", "node": 1, "tokens": [], "heads": []}]}],
+     "members": [{"rank": 2, "device": "", "node": 1, "tokens": [], "heads": []}]}]}],
   "predicted": {"iteration_seconds": 1.5, "tokens_per_second": 8.0,
                 "ranks": [{"rank": 0, "memory_bytes": 1e9, "memory_capacity_bytes": 2e9,
                            "compute_seconds": 0.5, "exposed_comm_seconds": 0.25,
@@ -70,6 +70,59 @@ TEST(PlanJson, GoodPlanRoundTrips) {
   auto back = ParsePlanJson(PlanToJson(GoodPlan()), "p.json");
   ASSERT_TRUE(back);
   EXPECT_EQ(*back, GoodPlan());
+}
+
+TEST(PlanJson, Version1FilesLoadAsOneReplica) {
+  json v1 = json::parse(kGoodPlan);
+  v1["format"] = "hexiseq.plan/1";
+  v1["groups"] = v1["replicas"][0]["groups"];
+  v1.erase("replicas");
+  auto plan = ParsePlanJson(v1.dump(), "v1.json");
+  ASSERT_TRUE(plan) << plan.error().message;
+  EXPECT_EQ(*plan, GoodPlan());
+  EXPECT_EQ(NumReplicas(*plan), 1);
+  EXPECT_EQ(plan->format, kPlanFormat);
+  // The /1 keys are its own: no replicas there, no top-level groups in /2.
+  v1["replicas"] = json::array();
+  ExpectError(ErrorOf(v1.dump()), {"replicas: unknown key", "hexiseq.plan/1"});
+  ExpectError(ErrorOf([](json& j) { j["groups"] = json::array(); }), {"groups: unknown key"});
+}
+
+TEST(PlanJson, ReplicasAndLeftOutRoundTrip) {
+  json two = json::parse(kGoodPlan);
+  two["batch"] = 5;
+  two["num_ranks"] = 4;
+  two["replicas"][0]["sequences"] = 3;
+  two["replicas"].push_back(
+      {{"sequences", 2},
+       {"groups",
+        {{{"ranks", {2}},
+          {"tokens", {{0, 8}}},
+          {"members",
+           {{{"rank", 2}, {"device", ""}, {"tokens", {{0, 8}}}, {"heads", {0, 1}}}}}}}}});
+  two["replicas"][0]["groups"].erase(1);  // rank 2 moves to replica 1
+  two["left_out"] = {3};
+  auto plan = ParsePlanJson(two.dump(), "two.json");
+  ASSERT_TRUE(plan) << plan.error().message;
+  EXPECT_EQ(NumReplicas(*plan), 2);
+  EXPECT_EQ(plan->replica_sequences, (std::vector<int>{3, 2}));
+  EXPECT_EQ(plan->left_out, (std::vector<int>{3}));
+  ASSERT_EQ(plan->groups.size(), 2u);
+  EXPECT_EQ(plan->groups[1].replica, 1);
+  EXPECT_TRUE(ValidateStructure(*plan)) << ValidateStructure(*plan).error().message;
+  auto back = ParsePlanJson(PlanToJson(*plan), "back.json");
+  ASSERT_TRUE(back);
+  EXPECT_EQ(*back, *plan);
+  EXPECT_EQ(json::parse(PlanToJson(*plan)), two) << "the writer's keys";
+  EXPECT_NE(PlanHash(*plan), PlanHash(GoodPlan()));
+  two["replicas"][1]["sequences"] = 0;
+  ExpectError(ErrorOf(two.dump()), {"replicas[1].sequences = 0: out of range"});
+  two["replicas"][1]["sequences"] = 2;
+  two["replicas"][1]["seqs"] = 2;
+  ExpectError(ErrorOf(two.dump()), {"replicas[1].seqs: unknown key", "`sequences`"});
+  ExpectError(ErrorOf([](json& j) { j["replicas"] = json::array(); }),
+              {"replicas = a list of 0 items: must be a non-empty list"});
+  ExpectError(ErrorOf([](json& j) { j["left_out"] = {-1}; }), {"left_out[0] = -1: out of range"});
 }
 
 TEST(PlanJson, WrongTypesInPredictionAndProvenanceAreErrors) {
@@ -138,33 +191,37 @@ TEST(PlanJson, EveryFieldWithEveryWrongTypeIsAnErrorNotACrash) {
 
 TEST(PlanJson, IntegersAreRangeCheckedNeverTruncated) {
   const int64_t two_32 = int64_t{1} << 32;
-  ExpectError(ErrorOf([&](json& j) { j["groups"][0]["members"][1]["rank"] = two_32 + 1; }),
-              {"groups[0].members[1].rank = 4294967297: out of range [0, 1048575]"});
-  ExpectError(ErrorOf([&](json& j) { j["groups"][0]["ranks"][0] = 9223372036854775808ULL; }),
-              {"groups[0].ranks[0] = 9223372036854775808: out of range"});
-  ExpectError(ErrorOf([](json& j) { j["groups"][0]["members"][0]["rank"] = 1e30; }),
-              {"groups[0].members[0].rank = 1e+30: out of range"});
-  ExpectError(ErrorOf([](json& j) { j["groups"][0]["members"][0]["rank"] = 0.5; }),
-              {"groups[0].members[0].rank = 0.5: must be an integer"});
+  ExpectError(
+      ErrorOf([&](json& j) { j["replicas"][0]["groups"][0]["members"][1]["rank"] = two_32 + 1; }),
+      {"replicas[0].groups[0].members[1].rank = 4294967297: out of range [0, 1048575]"});
+  ExpectError(
+      ErrorOf([&](json& j) { j["replicas"][0]["groups"][0]["ranks"][0] = 9223372036854775808ULL; }),
+      {"replicas[0].groups[0].ranks[0] = 9223372036854775808: out of range"});
+  ExpectError(ErrorOf([](json& j) { j["replicas"][0]["groups"][0]["members"][0]["rank"] = 1e30; }),
+              {"replicas[0].groups[0].members[0].rank = 1e+30: out of range"});
+  ExpectError(ErrorOf([](json& j) { j["replicas"][0]["groups"][0]["members"][0]["rank"] = 0.5; }),
+              {"replicas[0].groups[0].members[0].rank = 0.5: must be an integer"});
   ExpectError(ErrorOf([&](json& j) { j["num_heads"] = two_32 + 32; }),
               {"num_heads = 4294967328: out of range [1, 4096]"});
   ExpectError(ErrorOf([&](json& j) { j["num_ranks"] = two_32 + 3; }),
               {"num_ranks = 4294967299: out of range [1, 1048576]"});
-  ExpectError(ErrorOf([&](json& j) { j["groups"][0]["members"][0]["heads"][0] = two_32; }),
-              {"groups[0].members[0].heads[0] = 4294967296: out of range [0, 4095]"});
+  ExpectError(
+      ErrorOf([&](json& j) { j["replicas"][0]["groups"][0]["members"][0]["heads"][0] = two_32; }),
+      {"replicas[0].groups[0].members[0].heads[0] = 4294967296: out of range [0, 4095]"});
   ExpectError(ErrorOf([](json& j) { j["seq_len"] = 1e30; }), {"seq_len = 1e+30: out of range"});
   ExpectError(ErrorOf([](json& j) { j["num_heads"] = 2000000000; }),
               {"num_heads = 2000000000: out of range [1, 4096]"});
   ExpectError(ErrorOf([](json& j) { j["batch"] = 0; }), {"batch = 0: out of range"});
   ExpectError(ErrorOf([](json& j) { j["zero_stage"] = 4; }),
               {"zero_stage = 4: out of range [0, 3]"});
-  ExpectError(ErrorOf([](json& j) {
-                j["groups"][0]["tokens"][0] = json::array(
-                    {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()});
-              }),
-              {"groups[0].tokens[0][0] = -9223372036854775808: out of range [0, 2147483648]"});
-  ExpectError(ErrorOf([](json& j) { j["groups"][0]["members"][0]["node"] = -1; }),
-              {"groups[0].members[0].node = -1: out of range"});
+  ExpectError(
+      ErrorOf([](json& j) {
+        j["replicas"][0]["groups"][0]["tokens"][0] =
+            json::array({std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()});
+      }),
+      {"replicas[0].groups[0].tokens[0][0] = -9223372036854775808: out of range [0, 2147483648]"});
+  ExpectError(ErrorOf([](json& j) { j["replicas"][0]["groups"][0]["members"][0]["node"] = -1; }),
+              {"replicas[0].groups[0].members[0].node = -1: out of range"});
 }
 
 TEST(PlanJson, RecomputeIsCheckedByTheReaderNotBlamedOnAFlag) {
@@ -176,10 +233,11 @@ TEST(PlanJson, RecomputeIsCheckedByTheReaderNotBlamedOnAFlag) {
 TEST(PlanJson, UnknownKeysAreRejectedWithTheClosestKey) {
   ExpectError(ErrorOf([](json& j) { j["seq_length"] = 8; }),
               {"p.json: seq_length: unknown key \"seq_length\"", "did you mean `seq_len`?"});
-  ExpectError(ErrorOf([](json& j) { j["groups"][0]["member"] = json::array(); }),
-              {"groups[0].member: unknown key", "did you mean `members`?"});
-  ExpectError(ErrorOf([](json& j) { j["groups"][0]["members"][0]["head"] = json::array(); }),
-              {"groups[0].members[0].head: unknown key", "`heads`"});
+  ExpectError(ErrorOf([](json& j) { j["replicas"][0]["groups"][0]["member"] = json::array(); }),
+              {"replicas[0].groups[0].member: unknown key", "did you mean `members`?"});
+  ExpectError(
+      ErrorOf([](json& j) { j["replicas"][0]["groups"][0]["members"][0]["head"] = json::array(); }),
+      {"replicas[0].groups[0].members[0].head: unknown key", "`heads`"});
   ExpectError(ErrorOf([](json& j) { j["predicted"]["ranks"][0]["memory"] = 1; }),
               {"predicted.ranks[0].memory: unknown key"});
   ExpectError(ErrorOf([](json& j) { j["provenance"]["version"] = "1"; }),
@@ -195,7 +253,7 @@ TEST(PlanJson, DuplicateKeysAreRejectedWithTheirPath) {
   const size_t at = member.find("\"rank\":1");
   ASSERT_NE(at, std::string::npos);
   member.replace(at, 8, "\"rank\":1,\"rank\":2");
-  ExpectError(ErrorOf(member), {"p.json: groups[0].members[1].rank: key given twice"});
+  ExpectError(ErrorOf(member), {"p.json: replicas[0].groups[0].members[1].rank: key given twice"});
 }
 
 TEST(PlanJson, DeepNestingIsAShortErrorNotAStackOverflow) {
@@ -228,7 +286,7 @@ TEST(PlanJson, NodeIsCheckedAgainstTheClusterAndOptional) {
   for (PlanGroup& group : plan.groups)
     for (PlanMember& member : group.members) member.node = -1;
   const json written = json::parse(PlanToJson(plan));
-  EXPECT_FALSE(written["groups"][0]["members"][0].contains("node"));
+  EXPECT_FALSE(written["replicas"][0]["groups"][0]["members"][0].contains("node"));
   auto back = ParsePlanJson(written.dump(), "p.json");
   ASSERT_TRUE(back) << back.error().message;
   EXPECT_EQ(back->groups[0].members[0].node, -1);

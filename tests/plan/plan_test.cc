@@ -103,9 +103,68 @@ TEST(Plan, IdleGroupMustHoldNoHeads) {
   EXPECT_EQ(ErrorOf(p), "");
 }
 
+// SmallPlan's 4 ranks as two replicas: {0, 1} (one group, 3 sequences) and {2} (1 sequence);
+// rank 3 left out.
+Plan TwoReplicaPlan() {
+  Plan p = SmallPlan();
+  p.batch = 4;
+  p.replica_sequences = {3, 1};
+  p.groups[0].tokens = {{0, 16}};
+  p.groups[0].members[0].tokens = {{0, 10}};
+  p.groups[0].members[1].tokens = {{10, 16}};
+  p.groups[1] = {{2}, {{0, 16}}, {{2, "", 1, {{0, 16}}, {0, 1, 2, 3}}}, 1};
+  p.left_out = {3};
+  return p;
+}
+
+TEST(Plan, ReplicasAndLeftOutValidate) {
+  const Plan p = TwoReplicaPlan();
+  EXPECT_EQ(ErrorOf(p), "");
+  EXPECT_EQ(NumReplicas(p), 2);
+  EXPECT_EQ(ParticipatingRanks(p), (std::vector<int>{0, 1, 2}));
+  const Plan second = ReplicaPlan(p, 1);
+  EXPECT_EQ(ErrorOf(second), "");
+  EXPECT_EQ(second.batch, 1);
+  EXPECT_EQ(second.left_out, (std::vector<int>{0, 1, 3}));
+  ASSERT_EQ(second.groups.size(), 1u);
+  EXPECT_EQ(second.groups[0].replica, 0);
+  EXPECT_EQ(second.groups[0].ranks, (std::vector<int>{2}));
+}
+
+TEST(Plan, ReplicaViolationsAreNamed) {
+  Plan p = TwoReplicaPlan();
+  p.replica_sequences = {3, 2};
+  EXPECT_NE(ErrorOf(p).find("the replicas' sequences sum to 5 but batch = 4"), std::string::npos);
+  p = TwoReplicaPlan();
+  p.left_out = {2, 3};
+  EXPECT_NE(ErrorOf(p).find("rank 2 appears twice: in left_out and replicas[1].groups[0]"),
+            std::string::npos)
+      << ErrorOf(p);
+  p = TwoReplicaPlan();
+  p.left_out = {};
+  EXPECT_NE(ErrorOf(p).find("rank 3 is in no group"), std::string::npos);
+  p = TwoReplicaPlan();
+  p.groups[1].tokens = {{0, 12}};
+  p.groups[1].members[0].tokens = {{0, 12}};
+  EXPECT_NE(ErrorOf(p).find("replicas[1].groups: tokens [12, 16) are missing"), std::string::npos)
+      << ErrorOf(p);
+  p = TwoReplicaPlan();
+  std::swap(p.groups[0], p.groups[1]);
+  EXPECT_NE(ErrorOf(p).find("(rule: groups are listed replica by replica)"), std::string::npos);
+  p = TwoReplicaPlan();
+  p.groups[1].replica = 2;
+  EXPECT_NE(ErrorOf(p).find("groups[1].replica = 2: out of range [0, 2)"), std::string::npos);
+  p = TwoReplicaPlan();
+  p.replica_sequences = {4, 0};
+  EXPECT_NE(ErrorOf(p).find("replicas[1].sequences = 0: must be >= 1"), std::string::npos);
+  p = TwoReplicaPlan();
+  p.left_out = {3, 3};
+  EXPECT_NE(ErrorOf(p).find("left_out must be sorted and distinct"), std::string::npos);
+}
+
 TEST(Plan, WrongFormatStringRejectedByParser) {
   std::string text = PlanToJson(SmallPlan());
-  text.replace(text.find("hexiseq.plan/1"), 14, "hexiseq.plan/9");
+  text.replace(text.find("hexiseq.plan/2"), 14, "hexiseq.plan/9");
   auto r = ParsePlanJson(text, "p.json");
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("p.json: format = \"hexiseq.plan/9\": must be"),

@@ -69,6 +69,8 @@ def test_plan_object_exposes_groups_members_and_predictions():
     spec = hexiseq.model(TINY)
     assert plan.num_ranks == hexiseq.load_cluster(CUSTOM4).num_ranks == 4
     assert (plan.num_heads, plan.num_kv_heads) == (spec.heads, spec.kv_heads)
+    assert plan.replica_sequences == [plan.batch] and plan.left_out == []
+    assert all(group.replica == 0 for group in plan.groups)
     covered = sorted(r for g in plan.groups for r in g.tokens)
     assert sum(e - b for b, e in covered) == 1021
     for group in plan.groups:
@@ -111,7 +113,8 @@ def test_bad_inputs_raise_with_the_cli_message(tmp_path):
 
 def test_invalid_plan_raises_with_the_cli_message(tmp_path):
     plan = json.loads(hexiseq.plan(CUSTOM4, TINY, 1021, strategy="ring").to_json())
-    plan["groups"][0]["members"][0]["heads"] = plan["groups"][0]["members"][0]["heads"][1:]
+    member = plan["replicas"][0]["groups"][0]["members"][0]
+    member["heads"] = member["heads"][1:]
     path = tmp_path / "broken.json"
     path.write_text(json.dumps(plan))
     broken = hexiseq.Plan.load(str(path))

@@ -19,6 +19,18 @@
 
 namespace hexiseq {
 
+// One training configuration a strategy weighed: its data-parallel replicas, the ranks it left
+// out, the ZeRO stage and the recompute policy, and how it scored.
+struct TrainingOption {
+  std::string name;  // e.g. "4 replicas (2 x 8 H100, 2 x 8 A100), zero 1, recompute selective"
+  int replicas = 1;
+  int left_out = 0;  // ranks left out
+  int zero_stage = 3;
+  std::string recompute = "full";
+  double iteration_seconds = 0;
+  bool feasible = false;
+};
+
 struct StrategyResult {
   std::string strategy;
   std::string config;      // e.g. "cp=4 hp=4 hp-in-node"
@@ -26,6 +38,9 @@ struct StrategyResult {
   std::string reason;      // not applicable / infeasible reason
   Plan plan;               // with `predicted` attached
   PlanCost cost;
+  // The training configurations weighed, best first (the first is the plan's); empty when the
+  // strategy had none to choose.
+  std::vector<TrainingOption> options_considered;
   bool feasible() const { return applicable && cost.feasible; }
 };
 

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/inputs.h"
+#include "report/training.h"
 #include "sched/baselines.h"
 #include "sched/scheduler.h"
 #include "sched/strategies.h"
@@ -62,9 +63,13 @@ ScheduleOptions MakeScheduleOptions(const PlanFlags& flags, ProgressBar& bar,
 
 std::string Percent(double fraction) { return Fixed(100.0 * fraction, 1) + "%"; }
 
-std::string PlanSummary(const Plan& plan, const CostModel& model, const PlanCost& cost) {
-  std::vector<std::vector<std::string>> rows = {
-      {"group", "ranks", "devices", "tokens", "ranges", "heads per member"}};
+// The groups table; with several replicas a column says which replica each group is in.
+std::string GroupsTable(const Plan& plan, const CostModel& model) {
+  const bool replicas = NumReplicas(plan) > 1;
+  std::vector<std::string> header = {"group",  "ranks",  "devices",
+                                     "tokens", "ranges", "heads per member"};
+  if (replicas) header.insert(header.begin() + 1, "replica");
+  std::vector<std::vector<std::string>> rows = {header};
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const PlanGroup& group = plan.groups[g];
     std::string ranks, devices, heads;
@@ -83,13 +88,27 @@ std::string PlanSummary(const Plan& plan, const CostModel& model, const PlanCost
     if (heads.size() > 40) heads = heads.substr(0, 37) + "...";
     rows.push_back({std::to_string(g), ranks, devices, std::to_string(TotalTokens(group.tokens)),
                     std::to_string(group.tokens.size()), heads});
+    if (replicas) rows.back().insert(rows.back().begin() + 1, std::to_string(group.replica));
   }
+  return FormatTable(rows);
+}
+
+// What the strategy weighed: absent for a plan read from a file.
+struct ChoiceRecord {
+  bool recorded = false;
+  std::vector<TrainingOption> options;
+};
+
+std::string PlanSummary(const Plan& plan, const CostModel& model, const PlanCost& cost,
+                        const ChoiceRecord& choice) {
   std::string out = "strategy " + plan.strategy + " (" + plan.config + ")\n";
   out += "predicted: " + Fixed(cost.iteration_seconds, 3) + " s/iteration, " +
          Fixed(cost.tokens_per_second, 0) + " tokens/s, " +
          Percent(model.IdealIterationSeconds() / cost.iteration_seconds) +
-         " of ideal, max memory " + Percent(cost.max_memory_fraction) + "\n\n";
-  return out + FormatTable(rows);
+         " of ideal, max memory " + Percent(cost.max_memory_fraction) + "\n";
+  out += report::TrainingText(plan, cost, model.cluster(), model.ShardRanks(plan), choice.options,
+                              choice.recorded);
+  return out + "\n" + GroupsTable(plan, model);
 }
 
 int RunPlan(const PlanFlags& f) {
@@ -100,7 +119,8 @@ int RunPlan(const PlanFlags& f) {
   auto result = PlanStrategy(**model, f.strategy, MakeScheduleOptions(f, bar, &candidates));
   if (!result) return ReportError(result.error());
   std::string text = f.format == "json" ? PlanToJson(result->plan)
-                                        : PlanSummary(result->plan, **model, result->cost);
+                                        : PlanSummary(result->plan, **model, result->cost,
+                                                      {true, result->options_considered});
   if (f.format != "json" && !candidates.empty()) {  // the table behind the decision
     std::vector<std::vector<std::string>> rows = {
         {"candidate", "feasible", "predicted s", "refined s", "max mem"}};
@@ -148,19 +168,21 @@ int RunCompare(const PlanFlags& f) {
     std::cout << ComparisonToJson(*comparison) << "\n";
     return exit_code;
   }
-  std::vector<std::vector<std::string>> rows = {{"strategy", "config", "feasible", "iter s",
-                                                 "tokens/s", "vs best baseline", "of ideal",
-                                                 "max mem"}};
+  std::vector<std::vector<std::string>> rows = {{"strategy", "config", "replicas", "left out",
+                                                 "training", "feasible", "iter s", "tokens/s",
+                                                 "vs best baseline", "of ideal", "max mem"}};
   std::vector<std::string> notes;
   for (const StrategyResult& r : results) {
     if (!r.applicable || r.cost.iteration_seconds <= 0) {  // not applicable, or nothing fits
-      rows.push_back({r.strategy, "-", r.applicable ? "no" : "n/a", "-", "-", "-", "-", "-"});
+      rows.push_back(
+          {r.strategy, "-", "-", "-", "-", r.applicable ? "no" : "n/a", "-", "-", "-", "-", "-"});
       notes.push_back(r.strategy + ": " + (r.applicable ? "" : "not applicable: ") + r.reason);
       continue;
     }
     rows.push_back(
-        {r.strategy, r.config, r.feasible() ? "yes" : "no", Fixed(r.cost.iteration_seconds, 3),
-         Fixed(r.cost.tokens_per_second, 0),
+        {r.strategy, r.config, report::ReplicasCell(r.plan), report::LeftOutCell(r.plan),
+         report::TrainingCell(r.plan), r.feasible() ? "yes" : "no",
+         Fixed(r.cost.iteration_seconds, 3), Fixed(r.cost.tokens_per_second, 0),
          best_baseline > 0 ? Fixed(best_baseline / r.cost.iteration_seconds, 3) + "x" : "-",
          Percent(ideal / r.cost.iteration_seconds), Percent(r.cost.max_memory_fraction)});
     if (!r.feasible()) notes.push_back(r.strategy + ": " + r.reason);
@@ -195,6 +217,8 @@ int RunValidate(const std::string& path, const InputFlags& in) {
   std::printf("%s: valid %s plan: %zu groups over %d ranks, %s tokens, %d heads\n", path.c_str(),
               plan.strategy.c_str(), plan.groups.size(), plan.num_ranks,
               FormatTokens(plan.seq_len).c_str(), plan.num_heads);
+  std::printf("replicas: %s; left out: %s; %s\n", report::ReplicasCell(plan).c_str(),
+              report::LeftOutCell(plan).c_str(), report::TrainingCell(plan).c_str());
   if (!cost.feasible) {
     std::fprintf(stderr, "hexiseq: %s: infeasible: %s\n", path.c_str(),
                  cost.infeasible_reason.c_str());
@@ -203,33 +227,52 @@ int RunValidate(const std::string& path, const InputFlags& in) {
   return 0;
 }
 
+// Per-rank figures, group by group (the group column counts over the whole plan), then a row per
+// left-out rank; with several replicas a column says which replica each rank is in.
+std::string RankBreakdownTable(const Plan& plan, const CostModel& model, const PlanCost& cost) {
+  const bool replicas = NumReplicas(plan) > 1;
+  std::vector<std::string> header = {"rank",        "device",         "group",       "tokens",
+                                     "heads",       "linear s",       "attention s", "all-to-all s",
+                                     "ring comm s", "ring exposed s", "memory",      "capacity",
+                                     "mem %"};
+  if (replicas) header.insert(header.begin() + 2, "replica");
+  std::vector<std::vector<std::string>> rows = {header};
+  for (size_t g = 0; g < plan.groups.size(); ++g)
+    for (const PlanMember& m : plan.groups[g].members) {
+      const RankCost& rc = cost.ranks[m.rank];
+      rows.push_back({std::to_string(m.rank), model.cluster().device(m.rank).name,
+                      std::to_string(g), std::to_string(TotalTokens(m.tokens)),
+                      std::to_string(m.heads.size()), Fixed(rc.linear_seconds, 3),
+                      Fixed(rc.attention_seconds, 3), Fixed(rc.all_to_all_seconds, 3),
+                      Fixed(rc.ring_comm_seconds, 3), Fixed(rc.ring_exposed_seconds, 3),
+                      FormatBytes(rc.memory_bytes), FormatBytes(rc.memory_capacity_bytes),
+                      Percent(rc.memory_bytes / rc.memory_capacity_bytes)});
+      if (replicas)
+        rows.back().insert(rows.back().begin() + 2, std::to_string(plan.groups[g].replica));
+    }
+  for (const int rank : plan.left_out) {
+    std::vector<std::string> row(header.size(), "-");
+    row[0] = std::to_string(rank);
+    row[1] = model.cluster().device(rank).name;
+    row[replicas ? 3 : 2] = "left out";  // the group column
+    rows.push_back(std::move(row));
+  }
+  return FormatTable(rows);
+}
+
 int RunExplain(const std::string& path, const InputFlags& in) {
   auto loaded = LoadPlanAndInputs(path, in);
   if (!loaded) return ReportError(loaded.error());
   const Plan& plan = loaded->first;
   const CostModel& model = *loaded->second;
   const PlanCost cost = model.Evaluate(plan);
-  std::fputs(PlanSummary(plan, model, cost).c_str(), stdout);
+  std::fputs(PlanSummary(plan, model, cost, {}).c_str(), stdout);
   std::printf(
-      "\nper iteration: local (linear + all-to-all) %.3f s, ring attention %.3f s, "
+      "\nper iteration%s: local (linear + all-to-all) %.3f s, ring attention %.3f s, "
       "recompute %.3f s, LM head %.3f s, exposed gradient sync %.3f s\n",
-      cost.local_seconds, cost.ring_seconds, cost.recompute_seconds, cost.head_seconds,
-      cost.grad_sync_seconds);
-  std::vector<std::vector<std::string>> rows = {
-      {"rank", "device", "group", "tokens", "heads", "linear s", "attention s", "all-to-all s",
-       "ring comm s", "ring exposed s", "memory", "capacity", "mem %"}};
-  for (const PlanGroup& g : plan.groups)
-    for (const PlanMember& m : g.members) {
-      const RankCost& rc = cost.ranks[m.rank];
-      rows.push_back({std::to_string(m.rank), model.cluster().device(m.rank).name,
-                      std::to_string(rc.group), std::to_string(TotalTokens(m.tokens)),
-                      std::to_string(m.heads.size()), Fixed(rc.linear_seconds, 3),
-                      Fixed(rc.attention_seconds, 3), Fixed(rc.all_to_all_seconds, 3),
-                      Fixed(rc.ring_comm_seconds, 3), Fixed(rc.ring_exposed_seconds, 3),
-                      FormatBytes(rc.memory_bytes), FormatBytes(rc.memory_capacity_bytes),
-                      Percent(rc.memory_bytes / rc.memory_capacity_bytes)});
-    }
-  std::printf("\n%s", FormatTable(rows).c_str());
+      NumReplicas(plan) > 1 ? " (phases of the slowest replica)" : "", cost.local_seconds,
+      cost.ring_seconds, cost.recompute_seconds, cost.head_seconds, cost.grad_sync_seconds);
+  std::printf("\n%s", RankBreakdownTable(plan, model, cost).c_str());
   if (cost.bottleneck_rank >= 0)
     std::printf("\nbottleneck: rank %d (%s), phase: %s\n", cost.bottleneck_rank,
                 model.cluster().device(cost.bottleneck_rank).name.c_str(),

@@ -790,6 +790,7 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
   const double rounds = workload_.zero_stage >= 3 ? workload_.batch : 1.0;
   cost.grad_sync_seconds = ExposedGradSync(plan, busy, rounds);
   cost.iteration_seconds = busy + cost.grad_sync_seconds;
+  cost.replica_busy_seconds = {busy};
   cost.tokens_per_second =
       workload_.batch * static_cast<double>(workload_.seq_len) / cost.iteration_seconds;
   for (const GroupCost& gc : groups)
@@ -859,20 +860,20 @@ PlanCost CostModel::EvaluateReplicas(const Plan& plan) const {
   std::vector<PlanCost> parts;
   std::vector<std::vector<int>> members;
   int slowest = 0, busiest = 0;
+  auto busy = [](const PlanCost& part) { return part.replica_busy_seconds.front(); };
   for (int replica = 0; replica < NumReplicas(plan); ++replica) {
     replica_workload.batch = ReplicaSequences(plan, replica);
     busiest = std::max(busiest, replica_workload.batch);
     const Plan replica_plan = ReplicaPlan(plan, replica);
     parts.push_back(CostModel(cluster_, model_, replica_workload, k_).Evaluate(replica_plan));
     members.push_back(ParticipatingRanks(replica_plan));
-    auto busy = [](const PlanCost& part) {
-      return part.iteration_seconds - part.grad_sync_seconds;
-    };
     if (busy(parts.back()) > busy(parts[slowest])) slowest = replica;
   }
   // The slowest replica sets the phases and the bottleneck; every rank keeps its own figures.
   PlanCost cost = parts[slowest];
-  const double slowest_busy = cost.iteration_seconds - cost.grad_sync_seconds;
+  const double slowest_busy = busy(cost);
+  cost.replica_busy_seconds.clear();
+  for (const PlanCost& part : parts) cost.replica_busy_seconds.push_back(busy(part));
   cost.feasible = true;
   cost.infeasible_reason.clear();
   for (size_t replica = 0; replica < parts.size(); ++replica) {

@@ -110,7 +110,10 @@ struct PlanCost {
   double local_seconds = 0, ring_seconds = 0, recompute_seconds = 0, head_seconds = 0,
          grad_sync_seconds = 0;
   double ring_chain_seconds = 0;  // per layer: the largest block's store-and-forward chain
-  std::vector<RankCost> ranks;    // indexed by rank
+  // Per replica, its busy time: its sequences' compute and communication, before the exposed
+  // gradient sync (the iteration is the largest of these + grad_sync_seconds).
+  std::vector<double> replica_busy_seconds;
+  std::vector<RankCost> ranks;  // indexed by rank
 };
 
 class CostModel {

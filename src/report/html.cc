@@ -7,6 +7,7 @@
 
 #include "report/figures.h"
 #include "report/svg.h"
+#include "report/training.h"
 #include "spec/units.h"
 
 namespace hexiseq::report {
@@ -44,19 +45,6 @@ td.name, th.name { text-align: left; }
 )css";
 
 std::string Percent(double fraction) { return Fmt("%.1f%%", 100 * fraction); }
-
-std::string HeadList(const std::vector<int>& heads) {
-  std::string out;
-  for (size_t i = 0; i < heads.size();) {
-    size_t end = i + 1;
-    while (end < heads.size() && heads[end] == heads[end - 1] + 1) ++end;
-    if (!out.empty()) out += ",";
-    out += std::to_string(heads[i]);
-    if (end - i > 1) out += "-" + std::to_string(heads[end - 1]);
-    i = end;
-  }
-  return out.empty() ? "-" : out;
-}
 
 std::string Cell(const std::string& text, bool name = false) {
   return std::string(name ? "<td class=\"name\">" : "<td>") + Escape(text) + "</td>";
@@ -152,7 +140,7 @@ std::string RankTable(const ReportData& data, const DisplayUnits& units) {
            << units.colors[m.rank] << "\"></span> " << m.rank << "</td>"
            << Cell(data.cluster.device(m.rank).name, true) << Cell(std::to_string(g))
            << Cell(std::to_string(TotalTokens(m.tokens))) << Cell(std::to_string(m.tokens.size()))
-           << Cell(std::to_string(m.heads.size())) << Cell(HeadList(m.heads))
+           << Cell(std::to_string(m.heads.size())) << Cell(IdRanges(m.heads))
            << Cell(std::to_string(KvHeadsOf(m.heads, plan.num_heads, plan.num_kv_heads).size()))
            << Cell(std::to_string(ReplicatedKvHeads(plan, plan.groups[g], m)))
            << Cell(Percent(rc.memory_bytes / std::max(1.0, rc.memory_capacity_bytes))) << "</tr>\n";

@@ -91,6 +91,15 @@ std::string ComparisonToJson(const Comparison& comparison, int indent) {
     s["fraction_of_ideal"] = scored ? nlohmann::json(comparison.ideal_seconds / seconds) : nullptr;
     s["speedup_over_best_baseline"] = scored && best > 0 ? nlohmann::json(best / seconds) : nullptr;
     s["max_memory_fraction"] = scored ? nlohmann::json(r.cost.max_memory_fraction) : nullptr;
+    // The training configuration: data-parallel replicas and their sequences, left-out ranks.
+    nlohmann::json sequences = nlohmann::json::array();
+    for (int replica = 0; scored && replica < NumReplicas(r.plan); ++replica)
+      sequences.push_back(ReplicaSequences(r.plan, replica));
+    s["replicas"] = scored ? nlohmann::json(NumReplicas(r.plan)) : nullptr;
+    s["replica_sequences"] = scored ? sequences : nullptr;
+    s["left_out"] = scored ? nlohmann::json(r.plan.left_out) : nullptr;
+    s["zero_stage"] = scored ? nlohmann::json(r.plan.zero_stage) : nullptr;
+    s["recompute"] = scored ? nlohmann::json(r.plan.recompute) : nullptr;
     j["strategies"].push_back(std::move(s));
   }
   return j.dump(indent);

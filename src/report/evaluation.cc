@@ -18,6 +18,7 @@
 #include "cost/cost_model.h"
 #include "report/charts.h"
 #include "report/svg.h"
+#include "report/training.h"
 #include "sched/baselines.h"
 #include "sched/scheduler.h"
 #include "sim/simulator.h"
@@ -116,6 +117,9 @@ ScenarioOutcome RunOne(const EvalScenario& sc, const EvalTable& table) {
     so.reason = r.reason.empty() ? r.cost.infeasible_reason : r.reason;
     so.plan_seconds = seconds;
     if (so.feasible) {
+      so.replicas = ReplicasCell(r.plan);
+      so.training = TrainingCell(r.plan);
+      if (!r.plan.left_out.empty()) so.left_out = DevicesInWords(r.plan.left_out, *cluster);
       so.model_tps = r.cost.tokens_per_second;
       auto sim = Simulate(r.plan, cost);
       if (sim) {
@@ -403,6 +407,34 @@ void WriteGroupTables(const MarkdownInputs& in, std::ostringstream& md) {
   }
 }
 
+// Every strategy's training configuration per scenario (default table).
+void WriteTrainingConfigurations(const MarkdownInputs& in, std::ostringstream& md) {
+  md << "## Training configuration of every strategy\n\n"
+     << "Table `" << in.default_table
+     << "`. Per strategy: its data-parallel replicas (`dp R (sequences of each)`), its ZeRO "
+        "stage and recompute policy, and the devices it leaves out (in no replica, no model "
+        "state, no gradient sync). `-`: not applicable or infeasible.\n\n"
+     << "| scenario |";
+  for (const std::string& strategy : StrategyOrder()) md << " " << strategy << " |";
+  md << "\n| --- |";
+  for (size_t column = 0; column < StrategyOrder().size(); ++column) md << " --- |";
+  md << "\n";
+  for (const ScenarioOutcome& o : in.outcomes) {
+    if (o.table != in.default_table || !o.error.empty()) continue;
+    md << "| " << o.scenario.name << " |";
+    for (const StrategyOutcome& s : o.strategies) {
+      if (!s.feasible) {
+        md << " - |";
+        continue;
+      }
+      md << " " << s.replicas << ", " << s.training
+         << (s.left_out == "-" ? "" : ", left out: " + s.left_out) << " |";
+    }
+    md << "\n";
+  }
+  md << "\n";
+}
+
 // The speedup per scenario under each device table.
 void WriteSensitivity(const MarkdownInputs& in, std::ostringstream& md) {
   const std::vector<ScenarioOutcome>& outcomes = in.outcomes;
@@ -540,8 +572,9 @@ std::string EvaluationMarkdown(const std::vector<ScenarioOutcome>& outcomes,
                     command,  header, svg_prefix};
   for (const ScenarioOutcome& o : outcomes) in.groups.insert(o.scenario.group);
   std::ostringstream md;
-  for (auto* section : {WriteIntro, WriteSummary, WriteGroupTables, WriteSensitivity, WritePairs,
-                        WriteBeatsHeteroRing, WriteShortfalls, WriteFidelity})
+  for (auto* section :
+       {WriteIntro, WriteSummary, WriteGroupTables, WriteTrainingConfigurations, WriteSensitivity,
+        WritePairs, WriteBeatsHeteroRing, WriteShortfalls, WriteFidelity})
     section(in, md);
   return md.str();
 }

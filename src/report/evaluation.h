@@ -2,7 +2,8 @@
 // (bench/tables/*.yaml, plus the built-in catalog as "default"). For each scenario and table,
 // every baseline (ring, ulysses, usp, hetero-ring, subset) and the HexiSeq scheduler's plan are
 // planned with the cost model and executed by the simulator; throughput is the simulated one.
-// Renders docs/evaluation.md (tables, per-group averages and maxima, the regenerate command) and
+// Renders docs/evaluation.md (tables, per-group averages and maxima, every strategy's replicas,
+// left-out devices and training configuration, the regenerate command) and
 // one SVG chart per scenario group (drawn by report/charts.h, like the report page's charts).
 // Ignores run-to-run noise: everything is deterministic except the reported planning times.
 #pragma once
@@ -51,6 +52,9 @@ struct StrategyOutcome {
   double sim_tps = 0;          // simulated tokens/s
   double plan_seconds = 0;     // wall-clock planning time
   std::string sim_bottleneck;  // largest simulated term
+  // The plan's training configuration (report/training.h): "dp 2 (5+3)", "zero 1, selective",
+  // and the left-out devices ("4 x L40S on node 3", "-" when none); "-" when infeasible.
+  std::string replicas = "-", training = "-", left_out = "-";
 };
 
 struct ScenarioOutcome {

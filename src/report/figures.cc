@@ -9,6 +9,7 @@
 
 #include "report/charts.h"
 #include "report/svg.h"
+#include "report/training.h"
 #include "spec/units.h"
 
 namespace hexiseq::report {
@@ -54,6 +55,14 @@ DisplayUnits UnitsOf(const Plan& plan, const Cluster& cluster) {
       }
       units.labels.push_back("node " + std::to_string(node.node));
       units.colors.push_back(UniqueColor(HueOf(node.node, node.node / kCellHues), used));
+      const auto first =
+          std::lower_bound(plan.left_out.begin(), plan.left_out.end(), node.first_rank);
+      const auto last =
+          std::lower_bound(first, plan.left_out.end(), node.first_rank + node.num_ranks);
+      if (last - first == node.num_ranks) {  // the whole node is left out
+        units.labels.back() += kLeftOutLabel;
+        units.colors.back() = kGrey;
+      }
     }
     return units;
   }
@@ -73,6 +82,10 @@ DisplayUnits UnitsOf(const Plan& plan, const Cluster& cluster) {
       units.colors[member.rank] = UniqueColor(HueOf(position, position / kCellHues), used);
       ++position;
     }
+  for (const int rank : plan.left_out) {
+    units.colors[rank] = kGrey;
+    units.labels[rank] += kLeftOutLabel;
+  }
   return units;
 }
 
@@ -200,48 +213,59 @@ std::string ClusterMapSvg(const Cluster& cluster) {
 
 namespace {
 
-// The plan's groups that hold tokens, in ring order: ring_position[group] or -1.
+// The plan's groups that hold tokens, in the ring order of their replica: ring_position[group]
+// (counted from 0 in every replica) or -1.
 std::vector<int> RingPositions(const Plan& plan) {
   std::vector<int> positions(plan.groups.size(), -1);
   int next = 0;
-  for (size_t group = 0; group < plan.groups.size(); ++group)
+  for (size_t group = 0; group < plan.groups.size(); ++group) {
+    if (group > 0 && plan.groups[group].replica != plan.groups[group - 1].replica) next = 0;
     if (!plan.groups[group].tokens.empty()) positions[group] = next++;
+  }
   return positions;
 }
 
+// One band: a replica's sequence x heads, starting at `top`.
 struct PlanMapScale {
-  double seq_len, row;
+  double seq_len, row, top = kPlanMapTop;
   double X(int64_t token) const { return kPlanMapLeft + kPlanMapWidth * token / seq_len; }
-  double Y(int head) const { return kPlanMapTop + head * row; }
+  double Y(int head) const { return top + head * row; }
 };
 
-void DrawPlanAxes(const Plan& plan, const PlanMapScale& scale, Svg& svg) {
-  const double bottom = scale.Y(plan.num_heads);
+// Token ticks under the last band.
+void DrawTokenAxis(const Plan& plan, const PlanMapScale& last_band, Svg& svg) {
+  const double bottom = last_band.Y(plan.num_heads);
   const double token_step = NiceStep(static_cast<double>(plan.seq_len), 8);
   for (double token = 0; token <= plan.seq_len; token += token_step) {
-    const double x = scale.X(static_cast<int64_t>(token));
+    const double x = last_band.X(static_cast<int64_t>(token));
     svg.Line(x, bottom, x, bottom + 4, kInk);
     svg.Text(x, bottom + 15, FormatTokens(static_cast<int64_t>(token)), "middle", 10);
   }
   svg.Text(kPlanMapLeft + kPlanMapWidth / 2, bottom + 30, "sequence position (tokens)", "middle");
-  const int head_step = std::max(1, static_cast<int>(NiceStep(plan.num_heads, 8)));
-  for (int head = 0; head < plan.num_heads; head += head_step)
-    svg.Text(kPlanMapLeft - 6, scale.Y(head) + std::min(scale.row, 10.0),
-             "h" + std::to_string(head), "end", 10);
-  svg.Text(
-      14, kPlanMapTop + (bottom - kPlanMapTop) / 2, "query heads", "middle", 11,
-      "transform=\"rotate(-90 14 " + Fmt("%.1f", kPlanMapTop + (bottom - kPlanMapTop) / 2) + ")\"");
 }
 
-std::string CellTitle(const Cluster& cluster, const DisplayUnits& units, int group,
-                      int ring_position, const Range& range, int first_rank, int head_begin,
-                      int head_end) {
+// Head ticks beside every band, and one axis title over all of them.
+void DrawHeadAxis(const Plan& plan, const std::vector<PlanMapScale>& bands, Svg& svg) {
+  const int head_step = std::max(1, static_cast<int>(NiceStep(plan.num_heads, 8)));
+  for (const PlanMapScale& band : bands)
+    for (int head = 0; head < plan.num_heads; head += head_step)
+      svg.Text(kPlanMapLeft - 6, band.Y(head) + std::min(band.row, 10.0),
+               "h" + std::to_string(head), "end", 10);
+  const double middle = (bands.front().top + bands.back().Y(plan.num_heads)) / 2;
+  svg.Text(14, middle, "query heads", "middle", 11,
+           "transform=\"rotate(-90 14 " + Fmt("%.1f", middle) + ")\"");
+}
+
+std::string CellTitle(const Plan& plan, const Cluster& cluster, const DisplayUnits& units,
+                      int group, int ring_position, const Range& range, int first_rank,
+                      int head_begin, int head_end) {
   const int unit = units.unit_of_rank[first_rank];
   std::string who = units.by_node ? units.labels[unit] + " (ranks " +
                                         std::to_string(units.ranks[unit].front()) + "-" +
                                         std::to_string(units.ranks[unit].back()) + ")"
                                   : units.labels[unit];
   who += " " + cluster.device(first_rank).name;
+  if (NumReplicas(plan) > 1) who += ", replica " + std::to_string(plan.groups[group].replica);
   return who + ", group " + std::to_string(group) + " (ring position " +
          std::to_string(ring_position) + "): tokens [" + std::to_string(range.begin) + ", " +
          std::to_string(range.end) + ") = " + FormatTokens(range.end - range.begin) + ", heads " +
@@ -265,7 +289,7 @@ void DrawGroupCells(const Plan& plan, const Cluster& cluster, const DisplayUnits
       if (rank >= 0)
         svg.Rect(scale.X(range.begin), scale.Y(head), scale.X(range.end) - scale.X(range.begin),
                  (end - head) * scale.row, units.colors[units.unit_of_rank[rank]],
-                 CellTitle(cluster, units, group, ring_position, range, rank, head, end),
+                 CellTitle(plan, cluster, units, group, ring_position, range, rank, head, end),
                  "class=\"cell\"");
       head = end;
     }
@@ -277,22 +301,25 @@ double OutlineWidth(const Plan& plan) {
   constexpr double kWidest = 1.2, kThinnest = 0.2, kFractionOfRange = 0.125;
   size_t ranges = 0;
   for (const PlanGroup& group : plan.groups) ranges += group.tokens.size();
-  const double average_range = kPlanMapWidth / std::max<size_t>(1, ranges);
+  const double ranges_per_band = static_cast<double>(ranges) / NumReplicas(plan);
+  const double average_range = kPlanMapWidth / std::max(1.0, ranges_per_band);
   return std::clamp(average_range * kFractionOfRange, kThinnest, kWidest);
 }
 
-void DrawGroupOutlines(const Plan& plan, const std::vector<int>& ring, const PlanMapScale& scale,
-                       Svg& svg) {
+void DrawGroupOutlines(const Plan& plan, const std::vector<int>& ring,
+                       const std::vector<PlanMapScale>& bands, Svg& svg) {
   constexpr double kMinLabelWidth = 16;
   const std::string stroke = "stroke=\"#222222\" stroke-width=\"" +
                              Fmt("%.2f", OutlineWidth(plan)) + "\" class=\"group-outline\"";
   for (size_t group = 0; group < plan.groups.size(); ++group) {
-    if (ring[group] < 0) continue;
+    const size_t replica = plan.groups[group].replica;
+    if (ring[group] < 0 || replica >= bands.size()) continue;
+    const PlanMapScale& scale = bands[replica];
     for (const Range& range : plan.groups[group].tokens) {
       const double x = scale.X(range.begin), width = scale.X(range.end) - x;
-      svg.Rect(x, kPlanMapTop, width, plan.num_heads * scale.row, "none", {}, stroke);
+      svg.Rect(x, scale.top, width, plan.num_heads * scale.row, "none", {}, stroke);
       if (width >= kMinLabelWidth)
-        svg.Text(x + width / 2, kPlanMapTop - 5, "#" + std::to_string(ring[group]), "middle", 9);
+        svg.Text(x + width / 2, scale.top - 5, "#" + std::to_string(ring[group]), "middle", 9);
     }
   }
 }
@@ -310,13 +337,72 @@ void DrawUnitLegend(const DisplayUnits& units, double top, Svg& svg) {
 
 }  // namespace
 
+namespace {
+
+constexpr int kMaxReplicaBands = 8;  // more replicas: the first ones drawn, the rest counted
+constexpr double kBandLabel = 28;    // above each band when there are several: its label
+constexpr double kBandGap = 6;
+
+// One band per drawn replica (one band, at kPlanMapTop, for a one-replica plan).
+std::vector<PlanMapScale> ReplicaBands(const Plan& plan) {
+  constexpr double kMaxMapHeight = 420, kMinRow = 3, kMinBandRow = 1, kMaxRow = 14;
+  const int bands = std::min(NumReplicas(plan), kMaxReplicaBands);
+  const double seq_len = static_cast<double>(std::max<int64_t>(1, plan.seq_len));
+  const double row = std::clamp(kMaxMapHeight / std::max(1, plan.num_heads * bands),
+                                bands > 1 ? kMinBandRow : kMinRow, kMaxRow);
+  if (bands == 1) return {PlanMapScale{seq_len, row}};
+  std::vector<PlanMapScale> scales;
+  for (int band = 0; band < bands; ++band)
+    scales.push_back(
+        {seq_len, row,
+         kPlanMapTop + kBandLabel + band * (plan.num_heads * row + kBandLabel + kBandGap)});
+  return scales;
+}
+
+void DrawReplicaLabels(const Plan& plan, const Cluster& cluster,
+                       const std::vector<PlanMapScale>& bands, Svg& svg) {
+  const std::vector<ReplicaSummary> replicas = SummarizeReplicas(plan, PlanCost{});
+  for (size_t band = 0; band < bands.size(); ++band) {
+    const ReplicaSummary& replica = replicas[band];
+    const double top = bands[band].top, height = plan.num_heads * bands[band].row;
+    const std::string label =
+        "replica " + std::to_string(band) + ": " + std::to_string(replica.sequences) + " of " +
+        std::to_string(plan.batch) + " sequences, " + RanksWord(replica.ranks) + " (" +
+        DevicesInWords(replica.ranks, cluster) + ")";
+    svg.Rect(kPlanMapLeft - 2, top - 2, kPlanMapWidth + 4, height + 4, "none", label,
+             "stroke=\"#666666\" stroke-dasharray=\"3 2\" class=\"replica-band\"");
+    svg.Text(kPlanMapLeft, top - 16, label, "start", 11, "class=\"replica-label\"");
+  }
+}
+
+// Under the axis: the replicas not drawn, and the left-out ranks (grey in the legend). Returns the
+// height used; draws only when `svg` is given.
+double PlanMapNotes(const Plan& plan, const Cluster& cluster, size_t bands, double top, Svg* svg) {
+  constexpr double kLine = 16;
+  std::vector<std::pair<std::string, std::string>> notes;  // text, class
+  if (static_cast<size_t>(NumReplicas(plan)) > bands)
+    notes.push_back({"+ " + std::to_string(NumReplicas(plan) - bands) +
+                         " more replicas, not drawn (hexiseq explain lists every replica)",
+                     "more-replicas"});
+  if (!plan.left_out.empty())
+    notes.push_back({"left out (grey): " + RanksWord(plan.left_out) + " (" +
+                         DevicesInWords(plan.left_out, cluster) +
+                         "): in no replica, no model state, no gradient sync",
+                     "left-out"});
+  for (size_t line = 0; svg && line < notes.size(); ++line)
+    svg->Text(kPlanMapLeft, top + line * kLine, notes[line].first, "start", 11,
+              "class=\"" + notes[line].second + "\"");
+  return kLine * notes.size();
+}
+
+}  // namespace
+
 std::string PlanMapSvg(const Plan& plan, const Cluster& cluster) {
-  constexpr double kMaxMapHeight = 420, kMinRow = 3, kMaxRow = 14, kAxisSpace = 50;
+  constexpr double kAxisSpace = 50;
   const DisplayUnits units = UnitsOf(plan, cluster);
-  const PlanMapScale scale{
-      static_cast<double>(std::max<int64_t>(1, plan.seq_len)),
-      std::clamp(kMaxMapHeight / std::max(1, plan.num_heads), kMinRow, kMaxRow)};
-  const double legend_top = scale.Y(plan.num_heads) + kAxisSpace;
+  const std::vector<PlanMapScale> bands = ReplicaBands(plan);
+  const double notes_top = bands.back().Y(plan.num_heads) + kAxisSpace;
+  const double legend_top = notes_top + PlanMapNotes(plan, cluster, bands.size(), 0, nullptr);
   const double legend_rows = std::ceil(units.labels.size() / 10.0);
   Svg svg(
       kPlanMapLeft + kPlanMapWidth + 20, legend_top + legend_rows * 16 + 10, "plan-map",
@@ -324,14 +410,21 @@ std::string PlanMapSvg(const Plan& plan, const Cluster& cluster) {
   svg.Text(kPlanMapLeft, 16,
            "Who computes each (token, head) pair inside attention; colour = " +
                std::string(units.by_node ? "node" : "rank") +
-               ", outlines = all-to-all groups, #k = position in the ring",
+               ", outlines = all-to-all groups, #k = position in the ring" +
+               (bands.size() > 1 ? "; one band per data-parallel replica" : ""),
            "start", 12);
   const std::vector<int> ring = RingPositions(plan);
-  for (size_t group = 0; group < plan.groups.size(); ++group)
-    if (ring[group] >= 0)
-      DrawGroupCells(plan, cluster, units, static_cast<int>(group), ring[group], scale, svg);
-  DrawGroupOutlines(plan, ring, scale, svg);
-  DrawPlanAxes(plan, scale, svg);
+  for (size_t group = 0; group < plan.groups.size(); ++group) {
+    const size_t replica = plan.groups[group].replica;
+    if (ring[group] >= 0 && replica < bands.size())
+      DrawGroupCells(plan, cluster, units, static_cast<int>(group), ring[group], bands[replica],
+                     svg);
+  }
+  DrawGroupOutlines(plan, ring, bands, svg);
+  if (bands.size() > 1) DrawReplicaLabels(plan, cluster, bands, svg);
+  DrawTokenAxis(plan, bands.back(), svg);
+  DrawHeadAxis(plan, bands, svg);
+  PlanMapNotes(plan, cluster, bands.size(), notes_top, &svg);
   DrawUnitLegend(units, legend_top, svg);
   return svg.Finish();
 }
@@ -423,8 +516,8 @@ void DrawLegendRow(const LoadSegment* segments, size_t count, double left, doubl
   }
 }
 
-void DrawTimePanel(const PlanCost& cost, const Cluster& cluster, const DisplayUnits& units,
-                   const Panel& base, Svg& svg) {
+void DrawTimePanel(const Plan& plan, const PlanCost& cost, const Cluster& cluster,
+                   const DisplayUnits& units, const Panel& base, Svg& svg) {
   const std::vector<int> shown = Representatives(units, [&](int rank) {
     return cost.ranks[rank].compute_seconds() + cost.ranks[rank].exposed_comm_seconds();
   });
@@ -443,6 +536,7 @@ void DrawTimePanel(const PlanCost& cost, const Cluster& cluster, const DisplayUn
   DrawRowLabels(units, shown, panel, cost.bottleneck_rank, svg);
   for (size_t unit = 0; unit < shown.size(); ++unit) {
     const int rank = shown[unit];
+    if (std::binary_search(plan.left_out.begin(), plan.left_out.end(), rank)) continue;  // no bar
     DrawSegments(TimeParts(cost.ranks[rank], cost.iteration_seconds), kTimeSegments, panel,
                  panel.top + unit * panel.row,
                  "rank " + std::to_string(rank) + " (" + cluster.device(rank).name + ")", false,
@@ -502,7 +596,7 @@ std::string LoadSvg(const Plan& plan, const PlanCost& cost, const Cluster& clust
       "</pattern></defs>\n");
   const Panel time_panel{90, 440, kTop, row, 1};
   const Panel memory_panel{650, 430, kTop, row, 1};
-  DrawTimePanel(cost, cluster, units, time_panel, svg);
+  DrawTimePanel(plan, cost, cluster, units, time_panel, svg);
   DrawMemoryPanel(cost, cluster, units, memory_reserve, memory_panel, svg);
   return svg.Finish();
 }

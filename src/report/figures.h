@@ -16,6 +16,9 @@ namespace hexiseq::report {
 
 inline constexpr int kMaxRanksShownSingly = 64;
 inline constexpr int kMaxTimelineRows = 32;
+// Appended to the label of a left-out rank (or of a node whose ranks are all left out); such
+// units are grey (kGrey) in every figure.
+inline constexpr const char* kLeftOutLabel = " (left out)";
 
 // What one coloured entry of the figures stands for: a rank, or a node's ranks.
 struct DisplayUnits {
@@ -34,7 +37,10 @@ inline constexpr double kPlanMapWidth = 1000;
 
 std::string ClusterMapSvg(const Cluster& cluster);
 // Cells (class "cell", one per contiguous run of heads of one unit over one token range),
-// group outlines (class "group-outline") labelled with their ring position.
+// group outlines (class "group-outline") labelled with their ring position. With several
+// data-parallel replicas, one band per replica (class "replica-band", labelled "replica r: ..."),
+// at most 8 drawn; left-out ranks are grey in the legend and named under the axis (class
+// "left-out").
 std::string PlanMapSvg(const Plan& plan, const Cluster& cluster);
 // Stacked time per rank (compute, exposed all-to-all, exposed ring, exposed gradient sync, idle)
 // and memory against capacity with the reserve marked.

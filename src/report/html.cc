@@ -33,6 +33,8 @@ th { background: #f0f0f0; }
 td.name, th.name { text-align: left; }
 .swatch { display: inline-block; width: 10px; height: 10px; border: 1px solid #444; }
 .scroll { max-height: 420px; overflow: auto; }
+tr.left-out td { color: #888; background: #f4f4f4; }
+.left-out b { color: #666; }
 @media print {
   @page { size: A4; margin: 12mm; }
   body { max-width: none; padding: 0; font-size: 11px; -webkit-print-color-adjust: exact;
@@ -106,8 +108,66 @@ std::string HeadlineSection(const ReportData& data) {
                                                          ? "planning time"
                                                          : "planning time (scheduler, not shown)")
        << Tile(std::to_string(plan.groups.size()), "all-to-all groups (ring order = list order)")
-       << "</div></section>\n";
+       << Tile(ReplicasCell(plan), "data-parallel replicas (sequences each)")
+       << Tile(plan.left_out.empty() ? "none" : LeftOutCell(plan), "left out")
+       << Tile(TrainingCell(plan), "ZeRO stage, recompute") << "</div></section>\n";
   return html.str();
+}
+
+std::string ReplicaTable(const ReportData& data) {
+  const Plan& plan = *data.plan;
+  std::string html = "<table class=\"replicas\">" +
+                     HeaderRow({"replica", "devices", "ranks", "groups", "sequences", "busy s"});
+  for (const ReplicaSummary& replica : SummarizeReplicas(plan, data.cost))
+    html += "<tr>" + Cell(std::to_string(replica.replica), true) +
+            Cell(DevicesInWords(replica.ranks, data.cluster), true) +
+            Cell(IdRanges(replica.ranks)) + Cell(std::to_string(replica.groups)) +
+            Cell(std::to_string(replica.sequences)) + Cell(Fmt("%.3f", replica.busy_seconds)) +
+            "</tr>\n";
+  return html + "</table>\n";
+}
+
+std::string OptionsTable(const std::vector<TrainingOption>& options) {
+  std::string html = "<div class=\"scroll\"><table class=\"options\">" +
+                     HeaderRow({"configuration", "replicas", "left out", "ZeRO", "recompute",
+                                "feasible", "iter s"});
+  for (const TrainingOption& option : options)
+    html += "<tr>" + Cell(option.name, true) + Cell(std::to_string(option.replicas), true) +
+            Cell(std::to_string(option.left_out)) + Cell(std::to_string(option.zero_stage)) +
+            Cell(option.recompute) + Cell(option.feasible ? "yes" : "no") +
+            Cell(option.feasible ? Fmt("%.3f", option.iteration_seconds) : "-") + "</tr>\n";
+  return html + "</table></div>\n";
+}
+
+std::string TrainingSection(const ReportData& data) {
+  if (!data.plan) return "";
+  const Plan& plan = *data.plan;
+  std::string html = "<section id=\"training\"><h2>Training configuration</h2>\n<p>ZeRO <b>" +
+                     std::to_string(plan.zero_stage) + "</b> (model state sharded over " +
+                     std::to_string(data.shard_ranks) + " ranks), recompute <b>" +
+                     Escape(plan.recompute) + "</b>, " + std::to_string(NumReplicas(plan)) +
+                     " data-parallel replica" + (NumReplicas(plan) == 1 ? "" : "s") +
+                     " sharing the batch of " + std::to_string(plan.batch) +
+                     " sequences; the iteration is the slowest replica's busy time plus the "
+                     "exposed gradient sync over the ranks that take part.</p>\n" +
+                     ReplicaTable(data);
+  html += plan.left_out.empty() ? std::string("<p class=\"left-out\">Left out: none.</p>\n")
+                                : "<p class=\"left-out\"><b>Left out</b> (grey in the figures): " +
+                                      Escape(RanksWord(plan.left_out) + " (" +
+                                             DevicesInWords(plan.left_out, data.cluster) + ")") +
+                                      ": in no replica, no model state, no gradient sync.</p>\n";
+  if (!data.options_recorded)
+    return html +
+           "<p class=\"note\">The configurations weighed are not recorded for a given plan "
+           "(<code>hexiseq plan</code> prints them).</p></section>\n";
+  if (data.options.empty())
+    return html +
+           "<p class=\"note\">The scheduler took the training configuration as given (no "
+           "alternatives weighed).</p></section>\n";
+  html += "<ul class=\"decision\">\n";
+  for (const std::string& line : DecisionLines(data.options))
+    html += "<li>" + Escape(line) + "</li>\n";
+  return html + "</ul>\n" + OptionsTable(data.options) + "</section>\n";
 }
 
 std::string ClusterSection(const ReportData& data) {
@@ -131,20 +191,27 @@ std::string RankTable(const ReportData& data, const DisplayUnits& units) {
   const Plan& plan = *data.plan;
   std::ostringstream html;
   html << "<div class=\"scroll\"><table class=\"ranks\">\n"
-       << HeaderRow({"rank", "device", "group", "tokens", "ranges", "heads", "head ids", "KV heads",
-                     "replicated KV", "memory"});
+       << HeaderRow({"rank", "device", "replica", "group", "tokens", "ranges", "heads", "head ids",
+                     "KV heads", "replicated KV", "memory"});
   for (size_t g = 0; g < plan.groups.size(); ++g)
     for (const PlanMember& m : plan.groups[g].members) {
       const RankCost& rc = data.cost.ranks[m.rank];
       html << "<tr><td class=\"name\"><span class=\"swatch\" style=\"background:"
            << units.colors[m.rank] << "\"></span> " << m.rank << "</td>"
-           << Cell(data.cluster.device(m.rank).name, true) << Cell(std::to_string(g))
+           << Cell(data.cluster.device(m.rank).name, true)
+           << Cell(std::to_string(plan.groups[g].replica)) << Cell(std::to_string(g))
            << Cell(std::to_string(TotalTokens(m.tokens))) << Cell(std::to_string(m.tokens.size()))
            << Cell(std::to_string(m.heads.size())) << Cell(IdRanges(m.heads))
            << Cell(std::to_string(KvHeadsOf(m.heads, plan.num_heads, plan.num_kv_heads).size()))
            << Cell(std::to_string(ReplicatedKvHeads(plan, plan.groups[g], m)))
            << Cell(Percent(rc.memory_bytes / std::max(1.0, rc.memory_capacity_bytes))) << "</tr>\n";
     }
+  for (const int rank : plan.left_out)
+    html << "<tr class=\"left-out\"><td class=\"name\"><span class=\"swatch\" "
+            "style=\"background:"
+         << units.colors[rank] << "\"></span> " << rank << "</td>"
+         << Cell(data.cluster.device(rank).name, true) << "<td colspan=\"9\">left out: no model "
+         << "state, no gradient sync</td></tr>\n";
   html << "</table></div>\n";
   return html.str();
 }
@@ -168,7 +235,7 @@ std::string NodeTable(const ReportData& data, const DisplayUnits& units) {
     size_t heads = 0;
     double memory = 0;
     for (const int rank : ranks) {
-      groups.insert(group_of_rank[rank]);
+      if (group_of_rank[rank] >= 0) groups.insert(group_of_rank[rank]);
       if (member_of_rank[rank]) tokens += TotalTokens(member_of_rank[rank]->tokens);
       if (member_of_rank[rank]) heads += member_of_rank[rank]->heads.size();
       const RankCost& rc = data.cost.ranks[rank];
@@ -258,12 +325,14 @@ std::string TimelineSection(const ReportData& data) {
 }
 
 std::string CompareTable(const ReportData& data) {
-  std::string html = "<table class=\"compare\">" +
-                     HeaderRow({"strategy", "config", "feasible", "iter s", "tokens/s",
-                                "vs best baseline", "of ideal", "max mem", "plan s"});
+  std::string html =
+      "<table class=\"compare\">" +
+      HeaderRow({"strategy", "config", "replicas", "left out", "training", "feasible", "iter s",
+                 "tokens/s", "vs best baseline", "of ideal", "max mem", "plan s"});
   for (const StrategyRow& r : data.strategies) {
     const bool scored = r.iteration_seconds > 0;
     html += "<tr>" + Cell(r.strategy, true) + Cell(scored ? r.config : "-", true) +
+            Cell(r.replicas) + Cell(r.left_out) + Cell(r.training) +
             Cell(!r.applicable ? "n/a"
                  : r.feasible  ? "yes"
                                : "no") +
@@ -304,8 +373,9 @@ std::string ReportHtml(const ReportData& data) {
        << "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
        << "<title>" << Escape(title) << "</title>\n<style>" << kCss << "</style></head>\n<body>\n"
        << "<h1>" << Escape(title) << "</h1>\n"
-       << HeadlineSection(data) << ClusterSection(data) << PlanMapSection(data) << LoadSection(data)
-       << TimelineSection(data) << StrategiesSection(data)
+       << HeadlineSection(data) << TrainingSection(data) << ClusterSection(data)
+       << PlanMapSection(data) << LoadSection(data) << TimelineSection(data)
+       << StrategiesSection(data)
        << "<p class=\"note\">Written by <code>hexiseq report</code>. Predictions come from the "
           "analytical cost model, the timeline from the discrete-event simulator.</p>\n"
        << "</body></html>\n";

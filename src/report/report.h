@@ -14,6 +14,7 @@
 
 #include "cost/cost_model.h"
 #include "plan/plan.h"
+#include "sched/baselines.h"
 #include "sim/simulator.h"
 #include "spec/error.h"
 
@@ -29,6 +30,9 @@ struct StrategyRow {
   double tokens_per_second = 0;
   double max_memory_fraction = 0;
   double planning_seconds = 0;
+  // The training configuration (report/training.h cells): "dp 2 (2+1)", "rank 7", "zero 1, full";
+  // "-" when not scored.
+  std::string replicas = "-", left_out = "-", training = "-";
 };
 
 // The simulator executes every message of a layer; its run time grows faster than the number of
@@ -57,6 +61,11 @@ struct ReportData {
   std::optional<Plan> plan;
   std::string plan_source;  // the plan file, or "the hexiseq scheduler"
   PlanCost cost;            // the plan's cost-model breakdown
+  int shard_ranks = 0;      // the ranks ZeRO shards model state over (CostModel::ShardRanks)
+  // The training configurations the scheduler weighed for the plan shown (best first); not
+  // recorded for a given plan.
+  bool options_recorded = false;
+  std::vector<TrainingOption> options;
   double planning_seconds = 0;
   std::string no_plan_reason;                // why there is no plan (the scheduler's explanation)
   std::optional<sim::SimResult> simulation;  // one layer, with its timeline

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "report/report.h"
+#include "report/training.h"
 #include "sched/baselines.h"
 #include "sched/scheduler.h"
 
@@ -20,6 +21,9 @@ StrategyRow RowOf(const StrategyResult& result, double planning_seconds) {
     row.iteration_seconds = result.cost.iteration_seconds;
     row.tokens_per_second = result.cost.tokens_per_second;
     row.max_memory_fraction = result.cost.max_memory_fraction;
+    row.replicas = ReplicasCell(result.plan);
+    row.left_out = LeftOutCell(result.plan);
+    row.training = TrainingCell(result.plan);
   }
   row.planning_seconds = planning_seconds;
   return row;
@@ -118,9 +122,12 @@ Result<ReportData> BuildReport(const CostModel& model, const std::optional<Plan>
   } else if (scheduled) {
     data.plan = scheduled->plan;
     data.cost = scheduled->cost;
+    data.options_recorded = true;
+    data.options = scheduled->options_considered;
     data.plan_source = "the hexiseq scheduler";
   }
   if (!data.plan) return data;
+  data.shard_ranks = model.ShardRanks(*data.plan);
   const int ranks = model.cluster().num_ranks();
   if (options.simulate == SimulatePolicy::kNever) {
     data.simulation_error = "not simulated (--simulate never)";

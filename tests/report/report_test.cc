@@ -301,8 +301,9 @@ TEST(Report, LargeClusterIsBoundedAndFast) {
   EXPECT_EQ(Count(html, "class=\"gpu\""), 2 * 3 * 8) << "3 nodes drawn per kind, then +N more";
   EXPECT_NE(html.find("+ 61 more H100-SXM nodes"), std::string::npos);
   EXPECT_NE(html.find("No timeline: not simulated: 1024 ranks"), std::string::npos);
-  // One table row per node (and the compare table), not per rank.
-  EXPECT_EQ(Count(html, "<tr>"), 1 + 128 + 1 + static_cast<int>(data->strategies.size()));
+  // One table row per node (and the replica and compare tables), not per rank.
+  EXPECT_EQ(Count(html, "<tr>"),
+            1 + 128 + 1 + NumReplicas(*data->plan) + 1 + static_cast<int>(data->strategies.size()));
   std::printf("1024 ranks, 1M tokens: %.2f s, %zu bytes\n", seconds, html.size());
 }
 
@@ -341,9 +342,9 @@ TEST(Report, EveryExampleCluster) {
     EXPECT_GT(Count(html, "class=\"op\""), 0);
     EXPECT_EQ(Count(html, "link override: "), static_cast<int>(cluster->links.size()));
     EXPECT_EQ(Fills(html, "class=\"bar\"").count(kOkabeIto[0]), 1u) << "the plan shown stands out";
-    constexpr int kHeaderRows = 3;  // rank table, simulated terms, compare table
+    constexpr int kHeaderRows = 4;  // replica table, rank table, simulated terms, compare table
     EXPECT_EQ(Count(html, "<tr>"),
-              kHeaderRows + cluster->num_ranks() +
+              kHeaderRows + NumReplicas(*data->plan) + cluster->num_ranks() +
                   static_cast<int>(data->simulation->terms.size() + data->strategies.size()));
   }
 }

@@ -69,6 +69,20 @@ Plan TwoGroupPlan() {
   return plan;
 }
 
+Plan TwoReplicaPlan() {
+  const Cluster cluster = TwoByTwo();
+  const auto model = Model(cluster, Tiny(), 100);
+  Plan plan = EmptyPlan(*model, "hand-made");
+  plan.config = "two replicas";
+  AddGroup(plan, cluster, {0, 1}, {{0, 100}}, {{{0, 50}}, {{50, 100}}}, {{0, 1}, {2, 3}});
+  AddGroup(plan, cluster, {2}, {{0, 100}}, {{{0, 100}}}, {{0, 1, 2, 3}});
+  plan.groups[1].replica = 1;
+  plan.replica_sequences = {2, 1};
+  plan.batch = 3;
+  plan.left_out = {3};
+  return plan;
+}
+
 int Count(const std::string& text, const std::string& needle) {
   int count = 0;
   for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1))

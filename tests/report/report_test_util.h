@@ -29,6 +29,10 @@ std::unique_ptr<CostModel> Model(const Cluster& cluster, const ModelSpec& model,
 // Group 1 = ranks {2, 3}, tokens [25, 75): rank 2 holds [25, 50) and heads {0, 1, 2},
 // rank 3 holds [50, 75) and head {3}.
 Plan TwoGroupPlan();
+// On TwoByTwo, batch 3: replica 0 = one group of ranks {0, 1} (rank 0 [0, 50) heads {0, 1},
+// rank 1 [50, 100) heads {2, 3}) taking 2 sequences; replica 1 = rank 2 alone, every token and
+// head, taking 1 sequence; rank 3 left out.
+Plan TwoReplicaPlan();
 
 // Occurrences of `needle` in `text`.
 int Count(const std::string& text, const std::string& needle);

@@ -246,7 +246,9 @@ void DrawTokenAxis(const Plan& plan, const PlanMapScale& last_band, Svg& svg) {
 
 // Head ticks beside every band, and one axis title over all of them.
 void DrawHeadAxis(const Plan& plan, const std::vector<PlanMapScale>& bands, Svg& svg) {
-  const int head_step = std::max(1, static_cast<int>(NiceStep(plan.num_heads, 8)));
+  constexpr double kMinLabelGap = 13;  // px between head labels
+  const int head_step = std::max({1, static_cast<int>(NiceStep(plan.num_heads, 8)),
+                                  static_cast<int>(std::ceil(kMinLabelGap / bands.front().row))});
   for (const PlanMapScale& band : bands)
     for (int head = 0; head < plan.num_heads; head += head_step)
       svg.Text(kPlanMapLeft - 6, band.Y(head) + std::min(band.row, 10.0),
@@ -324,12 +326,22 @@ void DrawGroupOutlines(const Plan& plan, const std::vector<int>& ring,
   }
 }
 
+// Legend entries per row: ten, fewer when labels are long ("rank 12 (left out)").
+size_t LegendPerRow(const DisplayUnits& units) {
+  constexpr double kEntryWidth = 100, kCharWidth = 5.6, kSwatch = 20;
+  size_t longest = 0;
+  for (const std::string& label : units.labels) longest = std::max(longest, label.size());
+  const double width = std::max(kEntryWidth, kSwatch + kCharWidth * longest);
+  return std::max<size_t>(1, static_cast<size_t>(kPlanMapWidth / width));
+}
+
 void DrawUnitLegend(const DisplayUnits& units, double top, Svg& svg) {
-  constexpr int kPerRow = 10;
-  constexpr double kEntryWidth = 100, kRowHeight = 16;
+  constexpr double kRowHeight = 16;
+  const size_t per_row = LegendPerRow(units);
+  const double entry_width = kPlanMapWidth / per_row;
   for (size_t unit = 0; unit < units.labels.size(); ++unit) {
-    const double x = kPlanMapLeft + (unit % kPerRow) * kEntryWidth;
-    const double y = top + (unit / kPerRow) * kRowHeight;
+    const double x = kPlanMapLeft + (unit % per_row) * entry_width;
+    const double y = top + (unit / per_row) * kRowHeight;
     svg.Rect(x, y, 10, 10, units.colors[unit]);
     svg.Text(x + 14, y + 9, units.labels[unit], "start", 10);
   }
@@ -403,7 +415,8 @@ std::string PlanMapSvg(const Plan& plan, const Cluster& cluster) {
   const std::vector<PlanMapScale> bands = ReplicaBands(plan);
   const double notes_top = bands.back().Y(plan.num_heads) + kAxisSpace;
   const double legend_top = notes_top + PlanMapNotes(plan, cluster, bands.size(), 0, nullptr);
-  const double legend_rows = std::ceil(units.labels.size() / 10.0);
+  const double legend_rows =
+      std::ceil(units.labels.size() / static_cast<double>(LegendPerRow(units)));
   Svg svg(
       kPlanMapLeft + kPlanMapWidth + 20, legend_top + legend_rows * 16 + 10, "plan-map",
       "Plan map: sequence x heads, coloured by " + std::string(units.by_node ? "node" : "rank"));

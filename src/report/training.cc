@@ -9,6 +9,7 @@ namespace hexiseq::report {
 namespace {
 
 constexpr size_t kMaxCellRanksChars = 24;  // a left-out list longer than this is cut with "..."
+constexpr int kMaxSplitListed = 8;         // more replicas: the batch split as a range
 
 std::string Plural(int count, const std::string& noun) {
   return std::to_string(count) + " " + noun + (count == 1 ? "" : "s");
@@ -125,9 +126,15 @@ std::string ReplicasCell(const Plan& plan) {
   const int replicas = NumReplicas(plan);
   std::string out = "dp " + std::to_string(replicas);
   if (replicas == 1) return out;
-  std::string split;
+  std::vector<int> sequences;
   for (int replica = 0; replica < replicas; ++replica)
-    AppendItem(split, "+", std::to_string(ReplicaSequences(plan, replica)));
+    sequences.push_back(ReplicaSequences(plan, replica));
+  const auto [fewest, most] = std::minmax_element(sequences.begin(), sequences.end());
+  if (*fewest == *most) return out + " (" + std::to_string(*most) + " each)";
+  if (replicas > kMaxSplitListed)
+    return out + " (" + std::to_string(*fewest) + "-" + std::to_string(*most) + " each)";
+  std::string split;
+  for (const int count : sequences) AppendItem(split, "+", std::to_string(count));
   return out + " (" + split + ")";
 }
 

@@ -34,7 +34,8 @@ struct ReplicaSummary {
 std::vector<ReplicaSummary> SummarizeReplicas(const Plan& plan, const PlanCost& cost);
 
 // Short forms for one table cell (compare, the report's and the evaluation's tables).
-std::string ReplicasCell(const Plan& plan);  // "dp 1", "dp 3 (3+3+2)"
+// "dp 1", "dp 3 (3+3+2)", "dp 4 (2 each)"; above 8 unequal replicas "dp 16 (1-3 each)".
+std::string ReplicasCell(const Plan& plan);
 std::string LeftOutCell(const Plan& plan);   // "-", "rank 7", "12 ranks: 20-31"
 std::string TrainingCell(const Plan& plan);  // "zero 1, selective"
 

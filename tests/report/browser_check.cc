@@ -153,7 +153,8 @@ TEST_F(Browser, DomHasEverySectionAndNoConsoleMessage) {
   ASSERT_EQ(Chromium("--enable-logging=stderr --v=0 --dump-dom", dom_path, log_path), 0)
       << ReadAll(log_path);
   const std::string dom = ReadAll(dom_path), log = ReadAll(log_path);
-  for (const char* id : {"headline", "training", "cluster", "plan-map", "load", "timeline", "strategies"})
+  for (const char* id :
+       {"headline", "training", "cluster", "plan-map", "load", "timeline", "strategies"})
     EXPECT_NE(dom.find(std::string("<section id=\"") + id + "\">"), std::string::npos) << id;
   EXPECT_EQ(reporttest::Fills(dom, "class=\"cell\"").size(), ranks_with_heads_);
   EXPECT_EQ(dom.find("Not drawn"), std::string::npos);

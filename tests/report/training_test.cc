@@ -65,6 +65,14 @@ TEST(TrainingWords, CellsOfOneAndTwoReplicas) {
   Plan two = reporttest::TwoReplicaPlan();
   EXPECT_EQ(ReplicasCell(two), "dp 2 (2+1)");
   EXPECT_EQ(LeftOutCell(two), "rank 3");
+  two.replica_sequences = {2, 2};
+  two.batch = 4;
+  EXPECT_EQ(ReplicasCell(two), "dp 2 (2 each)");
+  Plan many = two;  // nine replicas, unequal: the split as a range
+  many.replica_sequences = {3, 1, 1, 1, 1, 1, 1, 1, 2};
+  EXPECT_EQ(ReplicasCell(many), "dp 9 (1-3 each)");
+  many.replica_sequences.pop_back();
+  EXPECT_EQ(ReplicasCell(many), "dp 8 (3+1+1+1+1+1+1+1)");
   two.zero_stage = 1;
   two.recompute = "selective";
   EXPECT_EQ(TrainingCell(two), "zero 1, selective");
@@ -205,6 +213,29 @@ TEST(TrainingReport, OneReplicaPlanMapHasNoBands) {
   const std::string svg = PlanMapSvg(reporttest::TwoGroupPlan(), reporttest::TwoByTwo());
   EXPECT_EQ(Count(svg, "replica-band"), 0);
   EXPECT_EQ(Count(svg, "left out"), 0);
+}
+
+// Ten one-rank replicas on 16 ranks, six left out: eight bands drawn, the other two counted.
+TEST(TrainingReport, AtMostEightBandsAndTheRestCounted) {
+  const Cluster cluster = reporttest::EightGpuNodes(2);
+  const auto model = reporttest::Model(cluster, reporttest::Tiny(), 100);
+  Plan plan = EmptyPlan(*model, "hand-made");
+  constexpr int kReplicas = 10;
+  for (int rank = 0; rank < kReplicas; ++rank) {
+    AddGroup(plan, cluster, {rank}, {{0, 100}}, {{{0, 100}}}, {{0, 1, 2, 3}});
+    plan.groups.back().replica = rank;
+    plan.replica_sequences.push_back(1);
+  }
+  plan.batch = kReplicas;
+  plan.left_out = {10, 11, 12, 13, 14, 15};
+  ASSERT_TRUE(Validate(plan, cluster, reporttest::Tiny()).has_value());
+  const std::string svg = PlanMapSvg(plan, cluster);
+  EXPECT_EQ(Count(svg, "class=\"replica-band\""), 8);
+  EXPECT_NE(svg.find("+ 2 more replicas, not drawn"), std::string::npos);
+  EXPECT_EQ(Fills(svg, "class=\"cell\"").size(), 8u) << "only the drawn replicas' ranks";
+  EXPECT_NE(svg.find("left out (grey): ranks 10-15 (6 x A100-SXM-80G on node 1)"),
+            std::string::npos);
+  EXPECT_EQ(Count(svg, "(left out)</text>"), 6) << "six grey legend entries";
 }
 
 TEST(TrainingReport, EvaluationTableShowsEveryStrategysConfiguration) {

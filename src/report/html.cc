@@ -145,11 +145,9 @@ std::string TrainingSection(const ReportData& data) {
   std::string html = "<section id=\"training\"><h2>Training configuration</h2>\n<p>ZeRO <b>" +
                      std::to_string(plan.zero_stage) + "</b> (model state sharded over " +
                      std::to_string(data.shard_ranks) + " ranks), recompute <b>" +
-                     Escape(plan.recompute) + "</b>, " + std::to_string(NumReplicas(plan)) +
-                     " data-parallel replica" + (NumReplicas(plan) == 1 ? "" : "s") +
-                     " sharing the batch of " + std::to_string(plan.batch) +
-                     " sequences; the iteration is the slowest replica's busy time plus the "
-                     "exposed gradient sync over the ranks that take part.</p>\n" +
+                     Escape(plan.recompute) + "</b>, " + ReplicasInWords(plan) +
+                     "; the iteration is the slowest replica's busy time plus the exposed "
+                     "gradient sync over the ranks that take part.</p>\n" +
                      ReplicaTable(data);
   html += plan.left_out.empty() ? std::string("<p class=\"left-out\">Left out: none.</p>\n")
                                 : "<p class=\"left-out\"><b>Left out</b> (grey in the figures): " +

@@ -105,6 +105,17 @@ std::string DevicesInWords(const std::vector<int>& ranks, const Cluster& cluster
   return out.empty() ? "no ranks" : out;
 }
 
+std::string ReplicasInWords(const Plan& plan) {
+  const int replicas = NumReplicas(plan);
+  if (replicas == 1)
+    return "1 data-parallel replica, the whole batch of " + Plural(plan.batch, "sequence");
+  std::string split;
+  for (int replica = 0; replica < replicas; ++replica)
+    AppendItem(split, " + ", std::to_string(ReplicaSequences(plan, replica)));
+  return Plural(replicas, "data-parallel replica") + ", batch " + std::to_string(plan.batch) +
+         " split " + split;
+}
+
 std::vector<ReplicaSummary> SummarizeReplicas(const Plan& plan, const PlanCost& cost) {
   std::vector<ReplicaSummary> replicas(NumReplicas(plan));
   for (int replica = 0; replica < NumReplicas(plan); ++replica) {
@@ -162,16 +173,9 @@ std::string TrainingText(const Plan& plan, const PlanCost& cost, const Cluster& 
                          int shard_ranks, const std::vector<TrainingOption>& options,
                          bool options_recorded) {
   const std::vector<ReplicaSummary> replicas = SummarizeReplicas(plan, cost);
-  std::string split;
-  for (const ReplicaSummary& replica : replicas)
-    AppendItem(split, " + ", std::to_string(replica.sequences));
-  const std::string batch = replicas.size() == 1
-                                ? "the whole batch of " + Plural(plan.batch, "sequence")
-                                : "batch " + std::to_string(plan.batch) + " split " + split;
-  std::string out =
-      "training: " + Plural(static_cast<int>(replicas.size()), "data-parallel replica") + ", " +
-      batch + "; ZeRO " + std::to_string(plan.zero_stage) + " sharded over " +
-      Plural(shard_ranks, "rank") + "; recompute " + plan.recompute + "\n";
+  std::string out = "training: " + ReplicasInWords(plan) + "; ZeRO " +
+                    std::to_string(plan.zero_stage) + " sharded over " +
+                    Plural(shard_ranks, "rank") + "; recompute " + plan.recompute + "\n";
   for (const ReplicaSummary& replica : replicas)
     out += "  replica " + std::to_string(replica.replica) + ": " + RanksWord(replica.ranks) + " (" +
            DevicesInWords(replica.ranks, cluster) + "), " + Plural(replica.groups, "group") + ", " +

@@ -24,6 +24,10 @@ std::string RanksWord(const std::vector<int>& ranks);
 // node 1"; runs of nodes of one device type merge: "16 x H100-SXM on nodes 0-1".
 std::string DevicesInWords(const std::vector<int>& ranks, const Cluster& cluster);
 
+// "1 data-parallel replica, the whole batch of 1 sequence", "2 data-parallel replicas, batch 3
+// split 2 + 1".
+std::string ReplicasInWords(const Plan& plan);
+
 struct ReplicaSummary {
   int replica = 0;
   std::vector<int> ranks;  // sorted

@@ -62,6 +62,9 @@ TEST(TrainingWords, CellsOfOneAndTwoReplicas) {
   EXPECT_EQ(ReplicasCell(one), "dp 1");
   EXPECT_EQ(LeftOutCell(one), "-");
   EXPECT_EQ(TrainingCell(one), "zero 3, full");
+  EXPECT_EQ(ReplicasInWords(one), "1 data-parallel replica, the whole batch of 1 sequence");
+  EXPECT_EQ(ReplicasInWords(reporttest::TwoReplicaPlan()),
+            "2 data-parallel replicas, batch 3 split 2 + 1");
   Plan two = reporttest::TwoReplicaPlan();
   EXPECT_EQ(ReplicasCell(two), "dp 2 (2+1)");
   EXPECT_EQ(LeftOutCell(two), "rank 3");

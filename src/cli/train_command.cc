@@ -238,7 +238,8 @@ void AddTrainCommand(CLI::App& app, Actions& actions) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->add_option("--seq", flags.seq, "Sequence length S (default: the plan's)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  cmd->add_option("--batch", flags.batch, "Sequences per step (default: the plan's batch; given, it must equal it)")
+  cmd->add_option("--batch", flags.batch,
+                  "Sequences per step (default: the plan's batch; given, it must equal it)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--seed", flags.seed, "Seed of weights and data (default 1)");
   cmd->add_option("--optimizer", flags.optimizer, "adamw (default) or sgd")

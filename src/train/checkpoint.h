@@ -15,8 +15,8 @@
 
 namespace hexiseq::train {
 
-// Collective over the participants: the first writes the trainer's current state under `dir`; every rank returns the
-// same outcome.
+// Collective over the participants: the first writes the trainer's current state under `dir`; every
+// rank returns the same outcome.
 Result<void> SaveCheckpoint(Trainer& trainer, const std::string& dir);
 
 // Collective: every rank loads DIR/latest into the trainer (weights, optimizer state, step).

@@ -63,8 +63,8 @@ Result<void> CheckPlanMatchesModel(const Plan& plan, const ModelSpec& model, int
 // replicas (and the planner priced them).
 Result<void> CheckBatch(const Plan& plan, int batch) {
   if (batch == 0 || batch == plan.batch) return {};
-  return InvalidArgument("--batch = " + std::to_string(batch) + " but the plan has batch = " +
-                         std::to_string(plan.batch) +
+  return InvalidArgument("--batch = " + std::to_string(batch) +
+                         " but the plan has batch = " + std::to_string(plan.batch) +
                          " (rule: a step trains the plan's batch, split over its " +
                          std::to_string(NumReplicas(plan)) +
                          " replica(s) as the plan says; hint: leave --batch out to take the "
@@ -151,7 +151,8 @@ Result<void> Trainer::CreateReplicaState() {
                     group.positions.begin() + group.member_offset[role.member + 1]);
   weights_ = InitWeights(model_, options_.seed, options_.dtype);
   for (const NamedTensorRef& named : NamedParameters(weights_)) params_.push_back(named.tensor);
-  shard_model_ = std::make_unique<LlamaShardModel>(model_, weights_, attention_, options_.recompute);
+  shard_model_ =
+      std::make_unique<LlamaShardModel>(model_, weights_, attention_, options_.recompute);
   optimizer_ = std::make_unique<Optimizer>(options_.optimizer, params_);
   grad_sync_ = std::make_unique<GradientSync>(params_, options_.bucket_bytes,
                                               options_.overlap_grad_sync, *comms_.participants);
@@ -223,11 +224,11 @@ Result<LossReport> Trainer::ComputeGradients(std::span<const Sequence> sequences
   runtime::SequenceBlock block{0, static_cast<int>(sequences.size())};
   if (num_replicas() > 1) {
     if (static_cast<int>(sequences.size()) != plan_.batch) {
-      return InvalidArgument("train: " + std::to_string(sequences.size()) +
-                             " sequences given but the plan has batch = " +
-                             std::to_string(plan_.batch) +
-                             " (rule: with several replicas a gradient is taken over the plan's "
-                             "whole batch; hint: pass the plan's batch of sequences)");
+      return InvalidArgument(
+          "train: " + std::to_string(sequences.size()) +
+          " sequences given but the plan has batch = " + std::to_string(plan_.batch) +
+          " (rule: with several replicas a gradient is taken over the plan's "
+          "whole batch; hint: pass the plan's batch of sequences)");
     }
     block = runtime::ReplicaSequenceBlock(plan_, replica());
   }

@@ -146,6 +146,13 @@ Result<train::TrainOptions> MakeOptions(const TrainFlags& flags) {
   return options;
 }
 
+// "[3, 7]": the plan's left-out ranks.
+std::string LeftOutList(const Plan& plan) {
+  std::string list;
+  for (int rank : plan.left_out) list += (list.empty() ? "" : ", ") + std::to_string(rank);
+  return "[" + list + "]";
+}
+
 int Fail(runtime::Comm& world, const Error& error, bool agreed) {
   // An error every rank agrees on is printed once; a rank's own failure by that rank.
   if (!agreed || world.rank() == 0) return ReportError(error);
@@ -216,9 +223,9 @@ int RunTrainCommand(const TrainFlags& flags) {
   if (!trainer) return Fail(*world, trainer.error(), true);
   if (!*trainer) {
     std::fprintf(stderr,
-                 "train: rank %d is left out by the plan (left_out); it takes no part in "
-                 "training and exits\n",
-                 world->rank());
+                 "train: rank %d is left out by the plan (left_out = %s): it holds no model state "
+                 "and takes no part in training; exiting\n",
+                 world->rank(), LeftOutList(*plan).c_str());
     return 0;
   }
   return TrainSteps(**trainer, flags);

@@ -98,13 +98,13 @@ std::string RankList(const std::vector<int>& ranks) {
   return list;
 }
 
-// Each replica's first rank prints its table, replica by replica (a barrier over the world
-// between them, which every rank, left-out ones too, passes); then the first participant prints
-// the overall verdict.
+// Each replica's first rank prints its table, replica by replica (one barrier over the world after
+// each, which every rank, left-out ones too, passes); then the first participant prints the
+// overall verdict.
 void PrintReplicas(runtime::Comm& world, const Plan& plan, const AttnCheckFlags& flags,
                    const runtime::ReplicaAttnCheck& check) {
   const bool leader = check.replica >= 0 && check.world_ranks.front() == world.rank();
-  for (int replica = 0; replica < check.num_replicas; ++replica) {
+  for (int replica = 0; replica < NumReplicas(plan); ++replica) {
     if (leader && replica == check.replica) {
       const std::string title = "replica " + std::to_string(replica) + " of " +
                                 std::to_string(check.num_replicas) + " (world ranks " +
@@ -137,22 +137,21 @@ void PrintReplicas(runtime::Comm& world, const Plan& plan, const AttnCheckFlags&
 int RunReplicaAttnCheck(runtime::Comm& world, const Plan& plan, const AttnCheckFlags& flags,
                         const runtime::AttnCheckOptions& options) {
   auto check = runtime::RunReplicaAttnCheck(plan, world, options);
-  int code = 0;
-  if (!check) {
-    // The same error on every participant (and on every rank before the split).
-    const bool first =
-        world.rank() == (ParticipatingRanks(plan).empty() ? 0 : ParticipatingRanks(plan).front());
-    code =
-        first ? ReportError(check.error()) : (check.error().code == ErrorCode::kInternal ? 3 : 1);
-  } else if (check->replica < 0) {
+  if (check && check->replica < 0) {
     std::fprintf(stderr,
                  "attn-check: rank %d is left out by the plan (left_out = [%s]): nothing to "
                  "check there; exiting\n",
                  world.rank(), RankList(plan.left_out).c_str());
   }
-  // Every rank waits here for the others, so that no watchdog sees a peer gone early.
+  // Every rank passes the same world barriers (one per replica's table, one at the end) on every
+  // path, so that no rank leaves early and no watchdog sees a peer gone.
   if (!check) {
-    world.Barrier();
+    // The same error on every participant (and on every rank when it came before the split).
+    const std::vector<int> participants = ParticipatingRanks(plan);
+    const bool first = world.rank() == (participants.empty() ? 0 : participants.front());
+    const int code =
+        first ? ReportError(check.error()) : (check.error().code == ErrorCode::kInternal ? 3 : 1);
+    for (int barrier = 0; barrier <= NumReplicas(plan); ++barrier) world.Barrier();
     return code;
   }
   PrintReplicas(world, plan, flags, *check);

@@ -153,9 +153,10 @@ std::string LeftOutList(const Plan& plan) {
   return "[" + list + "]";
 }
 
-int Fail(runtime::Comm& world, const Error& error, bool agreed) {
-  // An error every rank agrees on is printed once; a rank's own failure by that rank.
-  if (!agreed || world.rank() == 0) return ReportError(error);
+// An error every rank agrees on is printed once, by rank `printer` of `comm`; a rank's own failure
+// by that rank.
+int Fail(runtime::Comm& comm, const Error& error, bool agreed, int printer = 0) {
+  if (!agreed || comm.rank() == printer) return ReportError(error);
   return error.code == ErrorCode::kInternal ? 3 : 1;
 }
 
@@ -220,7 +221,12 @@ int RunTrainCommand(const TrainFlags& flags) {
     return Fail(*world, slowed.error(), true);
   }
   auto trainer = train::Trainer::Create(*plan, *model, *options, *world);
-  if (!trainer) return Fail(*world, trainer.error(), true);
+  // Setup errors come before the split (every rank has them) or after it (every participant):
+  // the first participating rank prints them.
+  const std::vector<int> participants = ParticipatingRanks(*plan);
+  if (!trainer) {
+    return Fail(*world, trainer.error(), true, participants.empty() ? 0 : participants.front());
+  }
   if (!*trainer) {
     std::fprintf(stderr,
                  "train: rank %d is left out by the plan (left_out = %s): it holds no model state "

@@ -23,14 +23,15 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Every rank passes its own outcome; all return an error when any failed. A failing rank keeps
-// its own message; the others name the failing ranks.
-Result<void> AgreeAcrossRanks(runtime::Comm& world, const Result<void>& local) {
+// Every rank of `comm` (the world, or the participants) passes its own outcome; all return an
+// error when any failed. A failing rank keeps its own message; the others name the failing ranks
+// (numbered in `comm`).
+Result<void> AgreeAcrossRanks(runtime::Comm& comm, const Result<void>& local) {
   const int ok = local.has_value() ? 1 : 0;
-  std::vector<int> all(world.size());
-  world.Allgather(&ok, sizeof ok, all.data());
+  std::vector<int> all(comm.size());
+  comm.Allgather(&ok, sizeof ok, all.data());
   std::string failed;
-  for (int rank = 0; rank < world.size(); ++rank) {
+  for (int rank = 0; rank < comm.size(); ++rank) {
     if (!all[rank]) failed += (failed.empty() ? "" : ", ") + std::to_string(rank);
   }
   if (failed.empty()) return {};
@@ -128,7 +129,10 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Plan& plan, const ModelSp
   trainer->data_ = std::move(*data);
   trainer->comms_ = runtime::SplitByReplica(world, plan);
   if (trainer->comms_.left_out()) return std::unique_ptr<Trainer>();
-  if (auto created = trainer->CreateReplicaState(); !created) {
+  // One replica's attention may fail to set up where another's does not: agree first, so that
+  // no replica goes on into the gradient all-reduce alone.
+  if (auto created = AgreeAcrossRanks(trainer->participants(), trainer->CreateReplicaState());
+      !created) {
     return std::unexpected(created.error());
   }
   return trainer;

@@ -12,6 +12,16 @@ gloo group over the same ranks, since the runtime computes on host memory). Tens
 are moved to the host for the attention and the results moved back; any float dtype is computed
 in fp32 and returned in the input's dtype.
 
+A plan with several data-parallel replicas (or left-out ranks) runs each replica on its own: the
+Context finds the calling rank's replica, makes a gloo subgroup of that replica's ranks (every
+process of the default group must construct the Context: torch.distributed.new_group is
+collective over it) and binds the rank to the replica as a plan of its own (ctx.replica_plan,
+its ranks renumbered 0..n-1 in ascending order; ctx.rank is the rank inside the replica). The
+attention then runs inside the replica only; combining the replicas' gradients (weighted by their
+tokens) is the caller's, e.g. an all-reduce over ctx.participants_group. On a rank the plan leaves
+out, the Context has left_out = True (and replica = -1) after taking part in the collective
+set-up; shard, gather and attention then raise InvalidArgumentError.
+
 Each attention call site needs the forward state until its backward, so a Context keeps a pool
 of runtime attention objects: a forward takes the oldest free one (creating one, collectively,
 when none is free) and its backward returns it; a forward without autograd returns it at once,
@@ -53,11 +63,21 @@ class Context:
                 "torch.distributed.init_process_group('gloo') first, or launch with torchrun)")
         self.plan = plan
         self.group = group if group is not None else dist.group.WORLD
-        self._comm_group = self._gloo_group(self.group)
-        self._runtime = _torch_ext().Runtime(plan.to_json(), self._comm_group)
+        gloo = self._gloo_group(self.group)
+        self.replica, self.participants_group = 0, gloo
+        self.replica_plan = plan
+        self._comm_group = gloo
+        self.left_out = False
+        if len(plan.replica_sequences) > 1 or plan.left_out:
+            self._bind_replica(gloo)
+        if self.left_out:
+            self.rank, self.world_size, self.heads = None, 0, []
+            self.positions = torch.zeros(0, dtype=torch.long)
+            return
+        self._runtime = _torch_ext().Runtime(self.replica_plan.to_json(), self._comm_group)
         self.rank = self._runtime.rank
         self.world_size = self._runtime.size
-        member = plan.member(self.rank)
+        member = self.replica_plan.member(self.rank)
         self.heads = list(member.heads)
         self.positions = torch.cat(
             [torch.arange(begin, end, dtype=torch.long) for begin, end in member.tokens]
@@ -70,6 +90,27 @@ class Context:
         self.last_forward_times = None
         self.last_backward_times = None
 
+    def _bind_replica(self, gloo):
+        """Collective over the default group: one gloo subgroup per replica and one of all
+        participants; this rank keeps its replica's and binds to its replica's own plan."""
+        plan_json = self.plan.to_json()
+        _torch_ext().agree_on_plan(plan_json, gloo)  # the same plan everywhere before new_group
+        replica_of, locals_ = _torch_ext().replicas(plan_json)
+        group_ranks = (list(range(dist.get_world_size())) if self.group is dist.group.WORLD
+                       else dist.get_process_group_ranks(self.group))
+        plan_rank = dist.get_rank(self.group)
+        participants = [group_ranks[rank] for rank in range(len(replica_of))
+                        if replica_of[rank] >= 0]
+        self.participants_group = dist.new_group(ranks=participants, backend="gloo")
+        self.replica = replica_of[plan_rank]
+        for replica, (local_json, plan_ranks) in enumerate(locals_):
+            subgroup = dist.new_group(ranks=[group_ranks[rank] for rank in plan_ranks],
+                                      backend="gloo")
+            if replica == self.replica:
+                self._comm_group = subgroup
+                self.replica_plan = Plan.from_json(local_json)
+        self.left_out = self.replica < 0
+
     @staticmethod
     def _gloo_group(group):
         if dist.get_backend(group) == dist.Backend.GLOO:
@@ -77,12 +118,21 @@ class Context:
         ranks = None if group is dist.group.WORLD else dist.get_process_group_ranks(group)
         return dist.new_group(ranks=ranks, backend="gloo")
 
+    def _check_not_left_out(self, what):
+        if self.left_out:
+            raise InvalidArgumentError(
+                f"hexiseq.torch.{what}: rank {dist.get_rank(self.group)} is left out by the plan "
+                f"(left_out = {list(self.plan.left_out)}): it holds no tokens and takes part in "
+                "no attention (rule: only the ranks of a replica run it; hint: skip the model on "
+                "this rank when ctx.left_out is true)")
+
     @property
     def num_tokens(self):
         return int(self.positions.numel())
 
     def shard(self, x, dim=0):
         """This rank's tokens (ctx.positions) of a full-sequence tensor, along `dim`."""
+        self._check_not_left_out("Context.shard")
         if x.shape[dim] != self.plan.seq_len:
             raise InvalidArgumentError(
                 f"shard: x.shape[{dim}] = {x.shape[dim]}: must be the plan's seq_len "
@@ -90,7 +140,9 @@ class Context:
         return x.index_select(dim, self.positions.to(x.device))
 
     def gather(self, x, dim=0):
-        """The full sequence from every rank's shard along `dim` (collective; no autograd)."""
+        """The full sequence from every rank's shard along `dim` (collective over the replica;
+        no autograd)."""
+        self._check_not_left_out("Context.gather")
         if x.shape[dim] != self.num_tokens:
             raise InvalidArgumentError(
                 f"gather: x.shape[{dim}] = {x.shape[dim]}: must be this rank's "
@@ -111,7 +163,7 @@ class Context:
         if self._all_positions is None:
             self._all_positions = []
             for rank in range(self.world_size):
-                ranges = self.plan.member(rank).tokens
+                ranges = self.replica_plan.member(rank).tokens
                 self._all_positions.append(torch.cat(
                     [torch.arange(b, e, dtype=torch.long) for b, e in ranges]
                     or [torch.zeros(0, dtype=torch.long)]))
@@ -193,6 +245,7 @@ def attention(q, k, v, ctx):
     rank calls it in the same order. Shapes are checked on every rank first; a mismatch raises
     hexiseq.InvalidArgumentError on every rank.
     """
+    ctx._check_not_left_out("attention")
     ctx._runtime.check_inputs(list(q.shape), list(k.shape), list(v.shape))
     keep = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     return _AttentionFunction.apply(q, k, v, ctx, keep)

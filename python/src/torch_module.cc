@@ -20,6 +20,7 @@
 #include "plan/plan.h"
 #include "process_group_comm.h"
 #include "runtime/dist_attention.h"
+#include "runtime/replicas.h"
 #include "runtime/str_cat.h"
 
 namespace hexiseq::python {
@@ -202,6 +203,33 @@ class Runtime {
   std::shared_ptr<Core> core_;
 };
 
+// Collective over the process group: every rank parsed the same plan, with the group's size.
+void AgreeOnPlan(const std::string& plan_json, const py::object& process_group) {
+  auto group = py::cast<c10::intrusive_ptr<c10d::ProcessGroup>>(process_group);
+  std::unique_ptr<runtime::Comm> comm = MakeProcessGroupComm(group);
+  Plan plan;
+  AgreeOrRaise(*comm, ParseAndCheckSize(plan_json, group->getSize(), plan));
+  Unwrap(WithoutGil([&] { return runtime::CheckPlanAgreement(*comm, plan); }));
+  Unwrap(ValidateStructure(plan));
+}
+
+// (replica of each plan rank, -1 when left out; per replica, its local plan JSON and its plan
+// ranks in local-rank order).
+py::tuple Replicas(const std::string& plan_json) {
+  const Plan plan = Unwrap(ParsePlanJson(plan_json, "plan"));
+  Unwrap(ValidateStructure(plan));
+  std::vector<int> replica_of(plan.num_ranks);
+  for (int rank = 0; rank < plan.num_ranks; ++rank) {
+    replica_of[rank] = runtime::ReplicaOf(plan, rank);
+  }
+  py::list locals;
+  for (int replica = 0; replica < NumReplicas(plan); ++replica) {
+    const runtime::LocalReplica local = runtime::MakeLocalReplica(plan, replica);
+    locals.append(py::make_tuple(PlanToJson(local.plan), local.world_ranks));
+  }
+  return py::make_tuple(replica_of, locals);
+}
+
 }  // namespace
 }  // namespace hexiseq::python
 
@@ -221,6 +249,12 @@ PYBIND11_MODULE(_torch, m) {
       .def("forward", &Attention::Forward, py::arg("q"), py::arg("k"), py::arg("v"))
       .def("backward", &Attention::Backward, py::arg("d_o"))
       .def("times", &Attention::Times, py::arg("backward") = false);
+  m.def("agree_on_plan", &AgreeOnPlan, py::arg("plan_json"), py::arg("process_group"),
+        "Collective: every rank holds the same valid plan, made for the group's size; raises "
+        "InvalidArgumentError on every rank otherwise.");
+  m.def("replicas", &Replicas, py::arg("plan_json"),
+        "(replica of each plan rank or -1 when left out, [(local plan JSON, plan ranks)] per "
+        "replica): each replica as a plan of its own, ranks renumbered in ascending order.");
   m.def(
       "_comm_conformance",
       [](const py::object& process_group) {

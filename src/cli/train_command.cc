@@ -1,7 +1,9 @@
 // `hexiseq train`: real training steps of the Llama model with a plan (one MPI process per plan
-// rank; without mpirun, a one-rank world). Rank 0 prints one line per step on stdout (table or
-// JSON lines): loss, recall loss, gradient norm, seconds, tokens/s and the per-phase seconds of
-// the slowest rank; a summary with the peak RSS of every rank goes to stderr.
+// rank; without mpirun, a one-rank world). The first participating rank prints one line per step
+// on stdout (table or JSON lines): loss, recall loss, gradient norm, seconds, tokens/s and the
+// per-phase seconds of the slowest participant; a summary with the peak RSS of every participant
+// goes to stderr. A rank the plan leaves out says so on stderr after the start-up checks and
+// exits 0.
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -33,7 +35,7 @@ struct TrainFlags {
   std::string save, resume, init, slowdown;
   int64_t save_every = 0;
   int64_t steps = 10, seq = 0;
-  int batch = 1, threads = 1;
+  int batch = 0, threads = 1;  // batch 0: the plan's
   uint64_t seed = 1;
   train::OptimizerConfig opt = [] {
     train::OptimizerConfig config;
@@ -43,7 +45,7 @@ struct TrainFlags {
   }();
 };
 
-// Per-phase seconds, maximum over ranks (the slowest participant bounds each phase).
+// Per-phase seconds, maximum over the participants (the slowest bounds each phase).
 train::PhaseSeconds SlowestPhases(runtime::Comm& world, const train::PhaseSeconds& mine) {
   constexpr int kFields = 5;
   const double values[kFields] = {mine.linear, mine.attention_compute, mine.alltoall,
@@ -101,18 +103,19 @@ double FinalRecall(const std::vector<double>& recall_per_step) {
   return sum / static_cast<double>(count);
 }
 
-void PrintSummary(runtime::Comm& world, const train::Trainer& trainer,
-                  const std::vector<double>& recall_per_step) {
+// Peak RSS of every participant (named by its world rank) and the final recall loss.
+void PrintSummary(train::Trainer& trainer, const std::vector<double>& recall_per_step) {
+  runtime::Comm& participants = trainer.participants();
   const double final_recall = FinalRecall(recall_per_step);
-  const int64_t rss = train::PeakRssBytes();
-  std::vector<int64_t> all(world.size());
-  world.Allgather(&rss, sizeof rss, all.data());
-  if (world.rank() != 0) return;
+  const int64_t mine[2] = {trainer.world().rank(), train::PeakRssBytes()};
+  std::vector<int64_t> all(2 * participants.size());
+  participants.Allgather(mine, sizeof mine, all.data());
+  if (participants.rank() != 0) return;
   std::string line;
-  for (int rank = 0; rank < world.size(); ++rank) {
+  for (int rank = 0; rank < participants.size(); ++rank) {
     char buffer[64];
-    std::snprintf(buffer, sizeof buffer, "%s%d: %.1f MiB", rank ? ", " : "", rank,
-                  all[rank] / kBytesPerMiB);
+    std::snprintf(buffer, sizeof buffer, "%s%lld: %.1f MiB", rank ? ", " : "",
+                  static_cast<long long>(all[2 * rank]), all[2 * rank + 1] / kBytesPerMiB);
     line += buffer;
   }
   std::fprintf(stderr, "train: peak RSS per rank: %s\n", line.c_str());
@@ -143,9 +146,17 @@ Result<train::TrainOptions> MakeOptions(const TrainFlags& flags) {
   return options;
 }
 
-int Fail(runtime::Comm& world, const Error& error, bool agreed) {
-  // An error every rank agrees on is printed once; a rank's own failure by that rank.
-  if (!agreed || world.rank() == 0) return ReportError(error);
+// "[3, 7]": the plan's left-out ranks.
+std::string LeftOutList(const Plan& plan) {
+  std::string list;
+  for (int rank : plan.left_out) list += (list.empty() ? "" : ", ") + std::to_string(rank);
+  return "[" + list + "]";
+}
+
+// An error every rank agrees on is printed once, by rank `printer` of `comm`; a rank's own failure
+// by that rank.
+int Fail(runtime::Comm& comm, const Error& error, bool agreed, int printer = 0) {
+  if (!agreed || comm.rank() == printer) return ReportError(error);
   return error.code == ErrorCode::kInternal ? 3 : 1;
 }
 
@@ -156,6 +167,34 @@ Result<void> StartFrom(train::Trainer& trainer, const TrainFlags& flags) {
   }
   if (!flags.resume.empty()) return train::LoadCheckpoint(trainer, flags.resume);
   return {};
+}
+
+// The participants' loop: steps, per-step lines from the first participant, checkpoints.
+int TrainSteps(train::Trainer& trainer, const TrainFlags& flags) {
+  runtime::Comm& participants = trainer.participants();
+  if (auto started = StartFrom(trainer, flags); !started) {
+    return Fail(participants, started.error(), true);
+  }
+  const bool json = flags.format == "json";
+  const bool prints = participants.rank() == 0;
+  if (prints && !json) PrintHeader();
+  std::vector<double> recall_per_step;  // this run's steps
+  while (trainer.step() < flags.steps) {
+    auto report = trainer.Step();
+    if (!report) return Fail(participants, report.error(), true);
+    const train::PhaseSeconds slowest = SlowestPhases(participants, report->phases);
+    if (prints) PrintStep(*report, slowest, json);
+    recall_per_step.push_back(report->recall_loss);
+    const int64_t done = trainer.step();
+    const bool periodic = flags.save_every > 0 && done % flags.save_every == 0;
+    if (!flags.save.empty() && (periodic || done == flags.steps)) {
+      if (auto saved = train::SaveCheckpoint(trainer, flags.save); !saved) {
+        return Fail(participants, saved.error(), true);
+      }
+    }
+  }
+  PrintSummary(trainer, recall_per_step);
+  return 0;
 }
 
 int RunTrainCommand(const TrainFlags& flags) {
@@ -182,29 +221,20 @@ int RunTrainCommand(const TrainFlags& flags) {
     return Fail(*world, slowed.error(), true);
   }
   auto trainer = train::Trainer::Create(*plan, *model, *options, *world);
-  if (!trainer) return Fail(*world, trainer.error(), true);
-  if (auto started = StartFrom(**trainer, flags); !started) {
-    return Fail(*world, started.error(), true);
+  // Setup errors come before the split (every rank has them) or after it (every participant):
+  // the first participating rank prints them.
+  const std::vector<int> participants = ParticipatingRanks(*plan);
+  if (!trainer) {
+    return Fail(*world, trainer.error(), true, participants.empty() ? 0 : participants.front());
   }
-  const bool json = flags.format == "json";
-  if (world->rank() == 0 && !json) PrintHeader();
-  std::vector<double> recall_per_step;  // this run's steps
-  while ((*trainer)->step() < flags.steps) {
-    auto report = (*trainer)->Step();
-    if (!report) return Fail(*world, report.error(), true);
-    const train::PhaseSeconds slowest = SlowestPhases(*world, report->phases);
-    if (world->rank() == 0) PrintStep(*report, slowest, json);
-    recall_per_step.push_back(report->recall_loss);
-    const int64_t done = (*trainer)->step();
-    const bool periodic = flags.save_every > 0 && done % flags.save_every == 0;
-    if (!flags.save.empty() && (periodic || done == flags.steps)) {
-      if (auto saved = train::SaveCheckpoint(**trainer, flags.save); !saved) {
-        return Fail(*world, saved.error(), true);
-      }
-    }
+  if (!*trainer) {
+    std::fprintf(stderr,
+                 "train: rank %d is left out by the plan (left_out = %s): it holds no model state "
+                 "and takes no part in training; exiting\n",
+                 world->rank(), LeftOutList(*plan).c_str());
+    return 0;
   }
-  PrintSummary(*world, **trainer, recall_per_step);
-  return 0;
+  return TrainSteps(**trainer, flags);
 }
 
 }  // namespace
@@ -221,7 +251,8 @@ void AddTrainCommand(CLI::App& app, Actions& actions) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   cmd->add_option("--seq", flags.seq, "Sequence length S (default: the plan's)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  cmd->add_option("--batch", flags.batch, "Sequences per step, by accumulation (default 1)")
+  cmd->add_option("--batch", flags.batch,
+                  "Sequences per step (default: the plan's batch; given, it must equal it)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--seed", flags.seed, "Seed of weights and data (default 1)");
   cmd->add_option("--optimizer", flags.optimizer, "adamw (default) or sgd")

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "runtime/attention_kernels.h"
+#include "runtime/replicas.h"
 #include "spec/units.h"
 
 namespace hexiseq::runtime {
@@ -321,8 +322,9 @@ Result<void> CheckOptionAgreement(Comm& world, const AttnCheckOptions& options) 
 
 // Bytes of float tensors that `rank` holds at the peak (a lower bound: kernels' scratch space is
 // not counted): its inputs and outputs in token layout, the gather payload, its heads over the
-// group's tokens in head layout, two ring buffers of the largest group's KV, and on rank 0 the
-// reference (inputs and outputs on the whole sequence) next to the gathered outputs.
+// group's tokens in head layout, two ring buffers of the largest group's KV, and on the first rank
+// of each replica the reference (inputs and outputs on the whole sequence) next to the gathered
+// outputs. A left-out rank holds nothing.
 double PeakBytes(const Plan& plan, int rank, int64_t head_dim) {
   constexpr double kFloatBytes = sizeof(float);
   const double heads = plan.num_heads, kv_heads = plan.num_kv_heads, dim = head_dim;
@@ -345,7 +347,8 @@ double PeakBytes(const Plan& plan, int rank, int64_t head_dim) {
       floats += inputs + 2 * outputs + head_layout + ring_buffers;
     }
   }
-  if (rank == 0) {
+  const int replica = ReplicaOf(plan, rank);
+  if (replica >= 0 && MakeLocalReplica(plan, replica).world_ranks.front() == rank) {
     const double seq = static_cast<double>(plan.seq_len);
     const double whole = seq * ((4 * heads + 4 * kv_heads) * dim + heads);
     floats += 2 * whole;  // the reference's inputs and outputs, and the gathered outputs
@@ -403,8 +406,11 @@ Result<void> CheckMemory(const Plan& plan, Comm& world, const AttnCheckOptions& 
             std::to_string(largest) + " alone " + FormatBytes(all[largest].need_bytes) + " for " +
             std::to_string(plan.seq_len) + " tokens x " + std::to_string(plan.num_heads) +
             " heads x head_dim " + std::to_string(options.head_dim) +
-            (largest == 0 ? ", with the whole-sequence reference" : "") + "), but " +
-            FormatBytes(available) +
+            (ReplicaOf(plan, largest) >= 0 &&
+                     MakeLocalReplica(plan, ReplicaOf(plan, largest)).world_ranks.front() == largest
+                 ? ", with the whole-sequence reference"
+                 : "") +
+            "), but " + FormatBytes(available) +
             " can be allocated (hint: check a plan with a shorter seq_len, or a smaller "
             "--head-dim)");
   }
@@ -464,6 +470,47 @@ Result<AttnCheckReport> RunAttnCheck(const Plan& plan, Comm& world,
   world.AllreduceSum(std::span<double>(verdict, 1));
   report.passed = verdict[0] > 0.5;
   return report;
+}
+
+namespace {
+
+// Collective over the participants: every replica's outcome (error or verdict) to all of them.
+Result<ReplicaAttnCheck> AgreeOnReplicas(Comm& participants, int num_replicas,
+                                         Result<AttnCheckReport> local, ReplicaAttnCheck check) {
+  // Per participant: did its replica's check run, and did it pass (counted on replica leaders).
+  double flags[2] = {local ? 0.0 : 1.0, local && local->has_errors && local->passed ? 1.0 : 0.0};
+  participants.AllreduceSum(std::span<double>(flags, 2));
+  if (!local) return std::unexpected(local.error());
+  if (flags[0] > 0) {
+    return InvalidArgument("attn-check: another replica's check failed (see its message)");
+  }
+  check.all_passed = flags[1] > num_replicas - 0.5;
+  check.report = std::move(*local);
+  return check;
+}
+
+}  // namespace
+
+Result<ReplicaAttnCheck> RunReplicaAttnCheck(const Plan& plan, Comm& world,
+                                             const AttnCheckOptions& options) {
+  if (options.on_phase) options.on_phase("agreement");
+  if (auto agreed = CheckOptionAgreement(world, options); !agreed)
+    return std::unexpected(agreed.error());
+  if (auto agreed = CheckPlanAgreement(world, plan, options.head_dim); !agreed)
+    return std::unexpected(agreed.error());
+  if (auto valid = ValidateStructure(plan); !valid) return std::unexpected(valid.error());
+  if (options.on_phase) options.on_phase("memory check");
+  if (auto fits = CheckMemory(plan, world, options); !fits) return std::unexpected(fits.error());
+  ReplicaComms comms = SplitByReplica(world, plan);
+  ReplicaAttnCheck check;
+  check.replica = comms.replica;
+  check.num_replicas = NumReplicas(plan);
+  if (comms.left_out()) return check;
+  check.world_ranks = comms.local.world_ranks;
+  check.sequences = ReplicaSequences(plan, comms.replica);
+  auto local = RunAttnCheck(comms.local.plan, *comms.replica_comm, options);
+  return AgreeOnReplicas(*comms.participants, check.num_replicas, std::move(local),
+                         std::move(check));
 }
 
 }  // namespace hexiseq::runtime

@@ -58,4 +58,23 @@ float InputValue(uint64_t seed, int tensor, int64_t position, int head, int dim)
 Result<AttnCheckReport> RunAttnCheck(const Plan& plan, Comm& world,
                                      const AttnCheckOptions& options);
 
+// attn-check of a plan with several replicas or left-out ranks: every replica checks its own
+// sub-plan (runtime/replicas.h: its ranks renumbered 0..n-1) against the reference on its own
+// communicator, its first rank computing the reference.
+struct ReplicaAttnCheck {
+  int replica = -1;  // this rank's replica; -1 when the plan leaves it out
+  int num_replicas = 1;
+  int sequences = 0;             // the replica's sequences per iteration (informative)
+  std::vector<int> world_ranks;  // the replica's world ranks, by replica rank
+  AttnCheckReport report;        // this replica's (errors on its first rank)
+  bool all_passed = false;       // every replica passed (agreed by all participants)
+};
+
+// Collective over `world` (plan.num_ranks ranks, left-out ones too): the option, plan and memory
+// checks over the whole world (errors identical on every rank), then each replica's RunAttnCheck
+// on its sub-plan. A left-out rank returns at once after the split (replica = -1); participants
+// return the same error when any replica's check failed to run.
+Result<ReplicaAttnCheck> RunReplicaAttnCheck(const Plan& plan, Comm& world,
+                                             const AttnCheckOptions& options);
+
 }  // namespace hexiseq::runtime

@@ -162,14 +162,15 @@ Result<void> WriteCheckpointFiles(Trainer& trainer, const std::string& dir) {
 }
 
 Result<void> Agree(Trainer& trainer, Result<void> local) {
-  runtime::Comm& world = trainer.world();
+  runtime::Comm& participants = trainer.participants();
   const int ok = local.has_value() ? 1 : 0;
-  std::vector<int> all(world.size());
-  world.Allgather(&ok, sizeof ok, all.data());
-  for (int rank = 0; rank < world.size(); ++rank) {
+  std::vector<int> all(participants.size());
+  participants.Allgather(&ok, sizeof ok, all.data());
+  for (int rank = 0; rank < participants.size(); ++rank) {
     if (all[rank]) continue;
     if (!local) return local;
-    return IoError("checkpoint: failed on rank " + std::to_string(rank) + " (see its message)");
+    return IoError("checkpoint: failed on participating rank " + std::to_string(rank) +
+                   " (see its message)");
   }
   return {};
 }
@@ -249,7 +250,8 @@ Result<void> ReadCheckpointFiles(Trainer& trainer, const std::string& dir) {
 
 Result<void> SaveCheckpoint(Trainer& trainer, const std::string& dir) {
   Result<void> local;
-  if (trainer.world().rank() == 0) local = WriteCheckpointFiles(trainer, dir);
+  // Every participant holds the same weights and optimizer state: the first one writes them.
+  if (trainer.participants().rank() == 0) local = WriteCheckpointFiles(trainer, dir);
   return Agree(trainer, local);
 }
 

@@ -4,7 +4,8 @@
 // "exp_avg_sq.<name>") and state.json (step, data position, seed, optimizer step count, plan
 // hash, ranks, sequence length, batch), and DIR/latest naming the newest complete one. Every file
 // is written atomically and `latest` last, so a run killed while saving resumes from the
-// previous checkpoint. Weights are replicated: rank 0 writes, every rank reads.
+// previous checkpoint. Weights are replicated: the first participating rank writes, every
+// participating rank reads (ranks the plan leaves out have no trainer).
 #pragma once
 
 #include <string>
@@ -14,8 +15,8 @@
 
 namespace hexiseq::train {
 
-// Collective: rank 0 writes the trainer's current state under `dir`; every rank returns the
-// same outcome.
+// Collective over the participants: the first writes the trainer's current state under `dir`; every
+// rank returns the same outcome.
 Result<void> SaveCheckpoint(Trainer& trainer, const std::string& dir);
 
 // Collective: every rank loads DIR/latest into the trainer (weights, optimizer state, step).

@@ -23,14 +23,15 @@ double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Every rank passes its own outcome; all return an error when any failed. A failing rank keeps
-// its own message; the others name the failing ranks.
-Result<void> AgreeAcrossRanks(runtime::Comm& world, const Result<void>& local) {
+// Every rank of `comm` (the world, or the participants) passes its own outcome; all return an
+// error when any failed. A failing rank keeps its own message; the others name the failing ranks
+// (numbered in `comm`).
+Result<void> AgreeAcrossRanks(runtime::Comm& comm, const Result<void>& local) {
   const int ok = local.has_value() ? 1 : 0;
-  std::vector<int> all(world.size());
-  world.Allgather(&ok, sizeof ok, all.data());
+  std::vector<int> all(comm.size());
+  comm.Allgather(&ok, sizeof ok, all.data());
   std::string failed;
-  for (int rank = 0; rank < world.size(); ++rank) {
+  for (int rank = 0; rank < comm.size(); ++rank) {
     if (!all[rank]) failed += (failed.empty() ? "" : ", ") + std::to_string(rank);
   }
   if (failed.empty()) return {};
@@ -59,12 +60,36 @@ Result<void> CheckPlanMatchesModel(const Plan& plan, const ModelSpec& model, int
   return {};
 }
 
+// --batch must agree with the plan's batch: the plan splits exactly that many sequences over its
+// replicas (and the planner priced them).
+Result<void> CheckBatch(const Plan& plan, int batch) {
+  if (batch == 0 || batch == plan.batch) return {};
+  return InvalidArgument("--batch = " + std::to_string(batch) +
+                         " but the plan has batch = " + std::to_string(plan.batch) +
+                         " (rule: a step trains the plan's batch, split over its " +
+                         std::to_string(NumReplicas(plan)) +
+                         " replica(s) as the plan says; hint: leave --batch out to take the "
+                         "plan's, or make the plan with hexiseq plan ... --batch " +
+                         std::to_string(batch) + ")");
+}
+
 Result<void> CheckOptions(const TrainOptions& options) {
   if (options.batch < 1) {
     return InvalidArgument("--batch = " + std::to_string(options.batch) +
                            ": must be >= 1 (rule: sequences per step; hint: write --batch 1)");
   }
   return ValidateOptimizerConfig(options.optimizer);
+}
+
+// The start-up checks every rank makes on its own (the plan is the same everywhere).
+Result<std::unique_ptr<DataSource>> CheckInputs(const Plan& plan, const ModelSpec& model,
+                                                const TrainOptions& given,
+                                                const TrainOptions& resolved) {
+  Result<void> checked = CheckPlanMatchesModel(plan, model, given.seq_len);
+  if (checked) checked = CheckBatch(plan, given.batch);
+  if (checked) checked = CheckOptions(resolved);
+  if (!checked) return std::unexpected(checked.error());
+  return OpenDataSource(resolved.data, resolved.seq_len, model.vocab, resolved.seed);
 }
 
 }  // namespace
@@ -89,42 +114,53 @@ Result<std::unique_ptr<Trainer>> Trainer::Create(const Plan& plan, const ModelSp
   if (auto agreed = runtime::CheckPlanAgreement(world, plan, model.head_dim); !agreed) {
     return std::unexpected(agreed.error());
   }
+  // The same plan on every rank: every rank returns this error or none.
+  if (auto valid = ValidateStructure(plan); !valid) return std::unexpected(valid.error());
   TrainOptions resolved = options;
   if (resolved.seq_len == 0) resolved.seq_len = plan.seq_len;
+  if (resolved.batch == 0) resolved.batch = plan.batch;
   std::unique_ptr<Trainer> trainer(new Trainer(model, resolved, world));
+  trainer->plan_ = plan;
   trainer->plan_hash_ = PlanHash(plan);
-  Result<void> local = CheckPlanMatchesModel(plan, model, options.seq_len);
-  if (local) local = CheckOptions(resolved);
-  if (local) {
-    auto data = OpenDataSource(resolved.data, resolved.seq_len, model.vocab, resolved.seed);
-    if (data) {
-      trainer->data_ = std::move(*data);
-    } else {
-      local = std::unexpected(data.error());
-    }
-  }
+  auto data = CheckInputs(plan, model, options, resolved);
+  Result<void> local;
+  if (!data) local = std::unexpected(data.error());
   if (auto agreed = AgreeAcrossRanks(world, local); !agreed) return std::unexpected(agreed.error());
-
-  for (int layer = 0; layer < model.layers; ++layer) {
-    auto attention = runtime::DistributedAttention::Create(plan, world, model.head_dim);
-    if (!attention) return std::unexpected(attention.error());
-    trainer->attention_.push_back(AttentionLayer{std::move(*attention), {}});
+  trainer->data_ = std::move(*data);
+  trainer->comms_ = runtime::SplitByReplica(world, plan);
+  if (trainer->comms_.left_out()) return std::unique_ptr<Trainer>();
+  // One replica's attention may fail to set up where another's does not: agree first, so that
+  // no replica goes on into the gradient all-reduce alone.
+  if (auto created = AgreeAcrossRanks(trainer->participants(), trainer->CreateReplicaState());
+      !created) {
+    return std::unexpected(created.error());
   }
-  const runtime::AttentionLayout& layout = trainer->attention_[0].attention->layout();
-  const runtime::RankRole& role = layout.roles[world.rank()];
-  const runtime::LayoutGroup& group = layout.groups[role.group];
-  trainer->positions_.assign(group.positions.begin() + group.member_offset[role.member],
-                             group.positions.begin() + group.member_offset[role.member + 1]);
-  trainer->weights_ = InitWeights(model, resolved.seed, resolved.dtype);
-  for (const NamedTensorRef& named : NamedParameters(trainer->weights_)) {
-    trainer->params_.push_back(named.tensor);
-  }
-  trainer->shard_model_ = std::make_unique<LlamaShardModel>(
-      trainer->model_, trainer->weights_, trainer->attention_, resolved.recompute);
-  trainer->optimizer_ = std::make_unique<Optimizer>(resolved.optimizer, trainer->params_);
-  trainer->grad_sync_ = std::make_unique<GradientSync>(trainer->params_, resolved.bucket_bytes,
-                                                       resolved.overlap_grad_sync, world);
   return trainer;
+}
+
+// The attention layers over this rank's replica, its token positions, the weights, optimizer and
+// gradient sync over the participants. Collective over the participants.
+Result<void> Trainer::CreateReplicaState() {
+  runtime::Comm& replica_comm = *comms_.replica_comm;
+  for (int layer = 0; layer < model_.layers; ++layer) {
+    auto attention =
+        runtime::DistributedAttention::Create(comms_.local.plan, replica_comm, model_.head_dim);
+    if (!attention) return std::unexpected(attention.error());
+    attention_.push_back(AttentionLayer{std::move(*attention), {}});
+  }
+  const runtime::AttentionLayout& layout = attention_[0].attention->layout();
+  const runtime::RankRole& role = layout.roles[replica_comm.rank()];
+  const runtime::LayoutGroup& group = layout.groups[role.group];
+  positions_.assign(group.positions.begin() + group.member_offset[role.member],
+                    group.positions.begin() + group.member_offset[role.member + 1]);
+  weights_ = InitWeights(model_, options_.seed, options_.dtype);
+  for (const NamedTensorRef& named : NamedParameters(weights_)) params_.push_back(named.tensor);
+  shard_model_ =
+      std::make_unique<LlamaShardModel>(model_, weights_, attention_, options_.recompute);
+  optimizer_ = std::make_unique<Optimizer>(options_.optimizer, params_);
+  grad_sync_ = std::make_unique<GradientSync>(params_, options_.bucket_bytes,
+                                              options_.overlap_grad_sync, *comms_.participants);
+  return {};
 }
 
 ShardBatch Trainer::MakeShard(const Sequence& sequence) const {
@@ -159,19 +195,16 @@ PhaseSeconds Trainer::AttentionPhases() const {
   return phases;
 }
 
-Result<LossReport> Trainer::ComputeGradients(std::span<const Sequence> sequences) {
-  const double start = Now();
-  ResetGradients();
-  const double predictions =
-      static_cast<double>(sequences.size()) * static_cast<double>(options_.seq_len);
+Result<std::vector<double>> Trainer::Accumulate(std::span<const Sequence> mine,
+                                                double predictions) {
   std::vector<double> sums(3, 0.0);  // loss sum, recall loss sum, recall count
   try {
-    for (size_t index = 0; index < sequences.size(); ++index) {
-      const Sequence& sequence = sequences[index];
+    for (size_t index = 0; index < mine.size(); ++index) {
+      const Sequence& sequence = mine[index];
       runtime::MarkComputeStart();  // --slowdown pads the compute between attention calls
       const at::Tensor losses = shard_model_->TokenLosses(MakeShard(sequence));
       // The last backward completes the gradients: it may start their all-reduces.
-      if (index + 1 == sequences.size()) grad_sync_->Arm();
+      if (index + 1 == mine.size()) grad_sync_->Arm();
       (losses.sum() / predictions).backward();
       runtime::PadComputeSinceMark();
       const at::Tensor detached = losses.detach().to(at::kDouble);
@@ -188,25 +221,55 @@ Result<LossReport> Trainer::ComputeGradients(std::span<const Sequence> sequences
   } catch (const c10::Error& error) {
     return Internal(std::string("train: ") + error.what_without_backtrace());
   }
+  return sums;
+}
+
+Result<LossReport> Trainer::ComputeGradients(std::span<const Sequence> sequences) {
+  runtime::SequenceBlock block{0, static_cast<int>(sequences.size())};
+  if (num_replicas() > 1) {
+    if (static_cast<int>(sequences.size()) != plan_.batch) {
+      return InvalidArgument(
+          "train: " + std::to_string(sequences.size()) +
+          " sequences given but the plan has batch = " + std::to_string(plan_.batch) +
+          " (rule: with several replicas a gradient is taken over the plan's "
+          "whole batch; hint: pass the plan's batch of sequences)");
+    }
+    block = runtime::ReplicaSequenceBlock(plan_, replica());
+  }
+  return ReplicaGradients(sequences.subspan(block.first, block.count),
+                          static_cast<int64_t>(sequences.size()));
+}
+
+Result<LossReport> Trainer::ReplicaGradients(std::span<const Sequence> mine,
+                                             int64_t batch_sequences) {
+  const double start = Now();
+  ResetGradients();
+  const double predictions =
+      static_cast<double>(batch_sequences) * static_cast<double>(options_.seq_len);
+  auto sums = Accumulate(mine, predictions);
+  if (!sums) return std::unexpected(sums.error());
   const double compute_end = Now();
   LossReport report;
   report.phases = AttentionPhases();
   report.phases.linear += compute_end - start;
   report.phases.grad_sync = grad_sync_->Finish();
-  world_.AllreduceSum(std::span<double>(sums));
-  report.loss = sums[0] / predictions;
-  report.recall_loss = sums[2] > 0 ? sums[1] / sums[2] : std::numeric_limits<double>::quiet_NaN();
+  participants().AllreduceSum(std::span<double>(*sums));
+  report.loss = (*sums)[0] / predictions;
+  report.recall_loss =
+      (*sums)[2] > 0 ? (*sums)[1] / (*sums)[2] : std::numeric_limits<double>::quiet_NaN();
   report.seconds = Now() - start;
   return report;
 }
 
 Result<StepReport> Trainer::Step() {
   const double start = Now();
-  std::vector<Sequence> sequences;
-  for (int sequence = 0; sequence < options_.batch; ++sequence) {
-    sequences.push_back(data_->Get(step_ * options_.batch + sequence));
+  // This replica's block of the step's sequences step * batch + [0, batch).
+  const runtime::SequenceBlock block = runtime::ReplicaSequenceBlock(plan_, replica());
+  std::vector<Sequence> mine;
+  for (int sequence = block.first; sequence < block.first + block.count; ++sequence) {
+    mine.push_back(data_->Get(step_ * options_.batch + sequence));
   }
-  auto loss = ComputeGradients(sequences);
+  auto loss = ReplicaGradients(mine, options_.batch);
   if (!loss) return std::unexpected(loss.error());
   StepReport report;
   report.step = step_;

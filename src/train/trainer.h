@@ -1,10 +1,14 @@
 // Distributed training of the Llama model with any plan: every rank holds its plan's token shard
 // (any number of ranges, possibly none), runs embedding, norms, projections, MLP and loss on it,
-// and the distributed attention across ranks. One step: B sequences (gradient accumulation), the
-// loss is the mean cross-entropy over all B * S predictions (position p predicts token p + 1),
-// summed over ranks with an all-reduce; weight gradients are all-reduced over all ranks in
-// buckets (grad_sync.h), by default started from autograd hooks during the last backward pass so
-// that they overlap it, clipped by the global norm, and the optimizer updates the weights.
+// and the distributed attention across the ranks of its data-parallel replica (runtime/replicas.h).
+// One step: the plan's batch of B sequences, split over the replicas (replica r takes its
+// contiguous block, accumulating over its sequences); the loss is the mean cross-entropy over all
+// B * S predictions (position p predicts token p + 1), summed over the participating ranks with an
+// all-reduce. Each rank scales its tokens' losses by 1 / (B * S), so the weight gradients summed
+// over the participants in buckets (grad_sync.h, by default started from autograd hooks during the
+// last backward pass so that they overlap it) are the whole batch's: every replica weighted by its
+// tokens. They are clipped by the global norm and the optimizer updates the weights. Ranks the
+// plan leaves out take part in the start-up checks only.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -17,6 +21,7 @@
 
 #include "plan/plan.h"
 #include "runtime/comm.h"
+#include "runtime/replicas.h"
 #include "spec/error.h"
 #include "spec/model.h"
 #include "train/attention_function.h"
@@ -30,7 +35,7 @@ namespace hexiseq::train {
 struct TrainOptions {
   std::string data = "synthetic:recall";  // a byte file or synthetic:recall
   int64_t seq_len = 0;                    // S; 0 takes the plan's
-  int batch = 1;                          // sequences per step
+  int batch = 0;                          // sequences per step; 0 takes the plan's (must agree)
   uint64_t seed = 1;                      // weights and data
   OptimizerConfig optimizer;
   RecomputePolicy recompute = RecomputePolicy::kFull;
@@ -70,9 +75,12 @@ struct LossReport {
 class Trainer {
  public:
   // Collective over `world`. Checks that every rank loaded the same plan with as many ranks as
-  // processes, that the plan's heads, KV heads and sequence length match the model and --seq,
-  // opens the data, initialises the weights from the seed and creates one distributed attention
-  // per layer. Every rank returns the same error when one fails. `world` must outlive it.
+  // processes, that the plan's heads, KV heads, sequence length and batch match the model, --seq
+  // and --batch, and opens the data; every rank returns the same error when one fails. Then splits
+  // the world into the participants and the replicas (collective, left-out ranks too). On a rank
+  // the plan leaves out it returns nullptr: that rank takes part in nothing more. Otherwise it
+  // initialises the weights from the seed and creates one distributed attention per layer over
+  // the rank's replica. `world` must outlive it.
   static Result<std::unique_ptr<Trainer>> Create(const Plan& plan, const ModelSpec& model,
                                                  const TrainOptions& options, runtime::Comm& world);
 
@@ -80,7 +88,9 @@ class Trainer {
   // error naming the step and leaves weights and optimizer state untouched.
   Result<StepReport> Step();
 
-  // Collective: loss and all-reduced gradients (in .grad()) of `sequences`, no update.
+  // Collective over the participants: loss and all-reduced gradients (in .grad()) of the batch
+  // `sequences` (every rank passes the same), no update. This rank's replica takes its block of
+  // them (ReplicaSequenceBlock); with several replicas `sequences` must be the plan's batch.
   Result<LossReport> ComputeGradients(std::span<const Sequence> sequences);
 
   int64_t step() const { return step_; }
@@ -92,18 +102,30 @@ class Trainer {
   const TrainOptions& options() const { return options_; }
   int64_t local_tokens() const { return static_cast<int64_t>(positions_.size()); }
   runtime::Comm& world() { return world_; }
+  // The ranks in some replica (gradient sync, loss, checkpoints); this rank's replica.
+  runtime::Comm& participants() { return *comms_.participants; }
+  int replica() const { return comms_.replica; }
+  int num_replicas() const { return NumReplicas(plan_); }
   const GradientSync& grad_sync() const { return *grad_sync_; }
   uint64_t plan_hash() const { return plan_hash_; }
 
  private:
   Trainer(const ModelSpec& model, const TrainOptions& options, runtime::Comm& world);
   ShardBatch MakeShard(const Sequence& sequence) const;
+  Result<void> CreateReplicaState();
+  // Loss and gradients of this replica's sequences `mine` out of a batch of `batch_sequences`.
+  Result<LossReport> ReplicaGradients(std::span<const Sequence> mine, int64_t batch_sequences);
+  // Forward and backward of this replica's sequences, each rank's losses scaled by
+  // 1 / `predictions` (the whole batch's); returns (loss sum, recall loss sum, recall count).
+  Result<std::vector<double>> Accumulate(std::span<const Sequence> mine, double predictions);
   void ResetGradients();
   PhaseSeconds AttentionPhases() const;
 
   ModelSpec model_;
   TrainOptions options_;
   runtime::Comm& world_;
+  Plan plan_;
+  runtime::ReplicaComms comms_;     // before attention_: it outlives the layers using it
   std::vector<int64_t> positions_;  // this rank's global positions, plan order
   std::unique_ptr<DataSource> data_;
   LlamaWeights weights_;

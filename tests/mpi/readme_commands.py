@@ -5,7 +5,8 @@ order, in a temporary copy of the tree that uses the built binary; each must exi
 As the README says, a run as root adds `--allow-run-as-root` (and `--oversubscribe`) to mpirun.
 With --quick, `hexiseq train` commands run 2 steps instead of their --steps (the full runs take
 minutes; the `slow` test runs them as written). The copy holds what the commands read: the README,
-examples/, bench/, docs/ and a build/bin/hexiseq link to the binary under test.
+examples/, bench/, docs/, the hand-written plans of tests/mpi/plans and a build/bin/hexiseq link to
+the binary under test.
 """
 import argparse
 import os
@@ -17,7 +18,7 @@ import tempfile
 import time
 
 COMMAND_START = re.compile(r"^(build/bin/hexiseq|mpirun)\s")
-COPIED = ["README.md", "examples", "bench", "docs"]
+COPIED = ["README.md", "examples", "bench", "docs", "tests/mpi/plans"]
 
 
 def readme_commands(text):

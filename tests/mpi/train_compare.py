@@ -9,6 +9,8 @@ import subprocess
 import sys
 import tempfile
 
+BATCH = 2  # sequences per step, in both plans (train takes the plan's)
+
 
 def run(cmd):
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -20,7 +22,7 @@ def run(cmd):
 def losses(mpirun, np, binary, plan, args):
     out = run(mpirun + ["-np", str(np), binary, "train", "--plan", plan, "--model", args.model,
                         "--data", args.data, "--steps", str(args.steps), "--format", "json",
-                        "--lr", "3e-3", "--warmup", "3", "--batch", "2"])
+                        "--lr", "3e-3", "--warmup", "3"])
     return [json.loads(line)["loss"] for line in out.splitlines() if line.startswith("{")]
 
 
@@ -36,11 +38,12 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         plan_path = os.path.join(tmp, "plan.json")
         run([args.bin, "plan", "--cluster", args.cluster, "--model", args.model, "--seq",
-             str(args.seq), "--strategy", args.strategy, "--format", "json", "-o", plan_path])
+             str(args.seq), "--strategy", args.strategy, "--batch", str(BATCH), "--format", "json",
+             "-o", plan_path])
         with open(plan_path) as f:
             plan = json.load(f)
         single = {"format": "hexiseq.plan/1", "strategy": "single", "model": plan["model"],
-                  "seq_len": args.seq, "num_heads": plan["num_heads"],
+                  "seq_len": args.seq, "batch": BATCH, "num_heads": plan["num_heads"],
                   "num_kv_heads": plan["num_kv_heads"], "num_ranks": 1,
                   "groups": [{"ranks": [0], "tokens": [[0, args.seq]],
                               "members": [{"rank": 0, "tokens": [[0, args.seq]],

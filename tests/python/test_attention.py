@@ -3,7 +3,8 @@
 Output and q/k/v gradients must equal a float64 causal GQA attention on the gathered tensors
 within 1e-5 relative, for ring, ulysses, usp, hetero-ring and hexiseq plans (planned for the
 tiny model on the custom-4 cluster) and hand-written plans with zero-token ranks, ranks without
-heads and idle ranks, and for Contexts on two subgroups of one world. Bad inputs (plan/world-size
+heads and idle ranks, for Contexts on two subgroups of one world, and for plans with two
+replicas (each runs on its own ranks) or a left-out rank (its Context refuses attention). Bad inputs (plan/world-size
 mismatch, heads that do not match the plan, different plans on different ranks) must raise a
 clear error on every rank without hanging.
 """
@@ -73,6 +74,35 @@ def test_contexts_on_subgroups():
     for rank in (0, 2):  # the first rank of each group reports its group's check
         line = json.loads(next(l for l in results[rank][1].splitlines() if l.startswith("{")))
         assert line["pass"] and line["ranks"] == 2, line
+
+
+def report_lines(results):
+    """rank -> its JSON line, for the ranks that printed one."""
+    lines = {}
+    for rank, (code, out) in enumerate(results):
+        assert code == 0, f"rank {rank} failed:\n{out}"
+        for line in out.splitlines():
+            if line.startswith("{"):
+                lines[rank] = json.loads(line)
+    return lines
+
+
+def test_replica_plan_runs_each_replica_on_its_own_ranks():
+    """replicas2_tiny: ranks 0-2 (a CP x HP layout) are replica 0, rank 3 alone is replica 1;
+    each replica's first rank checks its replica's attention against the reference."""
+    lines = report_lines(launch(WORKER, 4, ["--plans", hand_plan("replicas2_tiny")], TIMEOUT))
+    assert sorted(lines) == [0, 3], lines
+    assert lines[0]["replica"] == 0 and lines[0]["ranks"] == 3 and lines[0]["pass"], lines[0]
+    assert lines[3]["replica"] == 1 and lines[3]["ranks"] == 1 and lines[3]["pass"], lines[3]
+
+
+def test_left_out_rank_gets_a_context_that_refuses_attention():
+    lines = report_lines(launch(WORKER, 4, ["--plans", hand_plan("left_out3_tiny")], TIMEOUT))
+    assert sorted(lines) == [0, 3], lines
+    assert lines[0]["ranks"] == 3 and lines[0]["pass"], lines[0]
+    assert lines[3]["left_out"] and lines[3]["replica"] == -1, lines[3]
+    assert ("hexiseq.torch.attention: rank 3 is left out by the plan (left_out = [3]): it holds "
+            "no tokens") in lines[3]["raised"], lines[3]
 
 
 def errors_of(results):

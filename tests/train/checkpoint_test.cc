@@ -23,6 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using hexiseq::testing::TinyLlama;
 using hexiseq::testing::UspPlan;
+using hexiseq::testing::WithBatch;
 
 TrainOptions Options() {
   TrainOptions options;
@@ -63,7 +64,7 @@ Outcome RunSteps(int steps, const std::string& resume, const std::string& save, 
   Outcome outcome;
   std::mutex mu;
   runtime::RunInProcess(plan.num_ranks, [&](runtime::Comm& comm) {
-    auto trainer = Trainer::Create(plan, TinyLlama(), Options(), comm);
+    auto trainer = Trainer::Create(WithBatch(plan, Options().batch), TinyLlama(), Options(), comm);
     auto fail = [&](const std::string& message) {
       std::lock_guard lock(mu);
       if (outcome.error.empty()) outcome.error = message;
@@ -136,7 +137,7 @@ TEST(Checkpoint, ResumeWithOtherSeedIsAnError) {
   runtime::RunInProcess(4, [&](runtime::Comm& comm) {
     TrainOptions options = Options();
     options.seed = 12;
-    auto trainer = Trainer::Create(plan, TinyLlama(), options, comm);
+    auto trainer = Trainer::Create(WithBatch(plan, options.batch), TinyLlama(), options, comm);
     ASSERT_TRUE(trainer);
     auto loaded = LoadCheckpoint(**trainer, dir);
     std::lock_guard lock(mu);
@@ -152,7 +153,7 @@ std::string InitError(const std::function<void(std::vector<NamedTensor>&)>& edit
   const Plan plan = UspPlan(1, 1, 32, 8, 2);
   std::string error = "no error";
   runtime::RunInProcess(1, [&](runtime::Comm& comm) {
-    auto trainer = Trainer::Create(plan, TinyLlama(), Options(), comm);
+    auto trainer = Trainer::Create(WithBatch(plan, Options().batch), TinyLlama(), Options(), comm);
     ASSERT_TRUE(trainer);
     if (raw.empty()) {
       std::vector<NamedTensor> tensors;
@@ -206,7 +207,7 @@ TEST(NonFiniteLoss, StopsNamingTheStepBeforeUpdating) {
   std::string error;
   std::mutex mu;
   runtime::RunInProcess(2, [&](runtime::Comm& comm) {
-    auto trainer = Trainer::Create(plan, TinyLlama(), Options(), comm);
+    auto trainer = Trainer::Create(WithBatch(plan, Options().batch), TinyLlama(), Options(), comm);
     ASSERT_TRUE(trainer);
     ASSERT_TRUE((*trainer)->Step());
     ASSERT_TRUE(SaveCheckpoint(**trainer, dir));

@@ -67,7 +67,8 @@ TEST(PyTorchReference, LossAndGradientsMatch) {
   std::vector<NamedTensor> weights, grads;
   std::string error;
   runtime::RunInProcess(1, [&](runtime::Comm& comm) {
-    auto trainer = Trainer::Create(testing::RingPlan(1, kSeq, 8, 2, false), model, options, comm);
+    auto trainer = Trainer::Create(
+        testing::WithBatch(testing::RingPlan(1, kSeq, 8, 2, false), kBatch), model, options, comm);
     if (!trainer) return void(error = trainer.error().message);
     std::vector<Sequence> sequences;
     std::ofstream tokens(dir / "tokens.bin", std::ios::binary);

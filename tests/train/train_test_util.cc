@@ -46,10 +46,41 @@ void RecordGradients(train::Trainer& trainer, TrainRun& run, int rank) {
   }
 }
 
+// ComputeGradients on sequences 0..batch-1; the first participant records the loss, then every
+// participant in turn its gradients. Returns the error message, empty on success.
+std::string RecordStepZero(train::Trainer& trainer, int batch, TrainRun& run, std::mutex& mu) {
+  runtime::Comm& participants = trainer.participants();
+  std::vector<train::Sequence> sequences;
+  for (int index = 0; index < batch; ++index) sequences.push_back(trainer.data().Get(index));
+  auto loss = trainer.ComputeGradients(sequences);
+  if (!loss) return loss.error().message;
+  participants.Barrier();  // the first participant records first
+  for (int rank = 0; rank < participants.size(); ++rank) {
+    if (rank == participants.rank()) {
+      std::lock_guard lock(mu);
+      if (rank == 0) {
+        run.loss0 = loss->loss;
+        run.recall0 = loss->recall_loss;
+      }
+      RecordGradients(trainer, run, rank);
+    }
+    participants.Barrier();
+  }
+  return "";
+}
+
 }  // namespace
 
-TrainRun RunTraining(const Plan& plan, const ModelSpec& model, const train::TrainOptions& options,
+Plan WithBatch(Plan plan, int batch) {
+  HEXISEQ_CHECK(NumReplicas(plan) == 1, "WithBatch takes a one-replica plan");
+  plan.batch = batch;
+  plan.replica_sequences.clear();
+  return plan;
+}
+
+TrainRun RunTraining(const Plan& given, const ModelSpec& model, const train::TrainOptions& options,
                      int steps) {
+  const Plan plan = NumReplicas(given) == 1 ? WithBatch(given, options.batch) : given;
   TrainRun run;
   std::mutex mu;
   auto fail = [&](const std::string& message) {
@@ -60,30 +91,19 @@ TrainRun RunTraining(const Plan& plan, const ModelSpec& model, const train::Trai
   runtime::RunInProcess(plan.num_ranks, [&](runtime::Comm& comm) {
     auto trainer = train::Trainer::Create(plan, model, options, comm);
     if (!trainer) return fail(trainer.error().message);
-    std::vector<train::Sequence> sequences;
-    for (int index = 0; index < options.batch; ++index) {
-      sequences.push_back((*trainer)->data().Get(index));
-    }
-    auto loss = (*trainer)->ComputeGradients(sequences);
-    if (!loss) return fail(loss.error().message);
-    comm.Barrier();  // rank 0 records first
-    for (int rank = 0; rank < comm.size(); ++rank) {
-      if (rank == comm.rank()) {
-        std::lock_guard lock(mu);
-        if (rank == 0) {
-          run.loss0 = loss->loss;
-          run.recall0 = loss->recall_loss;
-        }
-        RecordGradients(**trainer, run, rank);
+    if (*trainer) {  // nullptr: left out by the plan
+      if (auto error = RecordStepZero(**trainer, plan.batch, run, mu); !error.empty()) {
+        return fail(error);
       }
-      comm.Barrier();
     }
+    // Create is collective over the world: left-out ranks take part in it too.
     auto fresh = train::Trainer::Create(plan, model, options, comm);
     if (!fresh) return fail(fresh.error().message);
+    if (!*fresh) return;
     for (int step = 0; step < steps; ++step) {
       auto report = (*fresh)->Step();
       if (!report) return fail(report.error().message);
-      if (comm.rank() == 0) run.losses.push_back(report->loss);
+      if ((*fresh)->participants().rank() == 0) run.losses.push_back(report->loss);
     }
   });
   return run;

@@ -24,8 +24,14 @@ struct TrainRun {
   std::vector<double> losses;                       // losses of `steps` Step() calls
 };
 
+// `plan` (one replica, as the shared test plans are: made for batch 1) set to train `batch`
+// sequences a step, which the trainer requires to agree with --batch.
+Plan WithBatch(Plan plan, int batch);
+
 // Runs plan.num_ranks in-process ranks: ComputeGradients on sequences 0..batch-1 of the data,
-// then `steps` optimizer steps from fresh weights (a second Trainer).
+// then `steps` optimizer steps from fresh weights (a second Trainer). A one-replica plan is
+// trained with options.batch (WithBatch); a plan with several replicas with its own batch.
+// grads and losses come from world rank 0, or the first participating rank when it is left out.
 TrainRun RunTraining(const Plan& plan, const ModelSpec& model, const train::TrainOptions& options,
                      int steps);
 

@@ -26,6 +26,7 @@ using hexiseq::testing::TinyLlama;
 using hexiseq::testing::TrainRun;
 using hexiseq::testing::UlyssesPlan;
 using hexiseq::testing::UspPlan;
+using hexiseq::testing::WithBatch;
 
 constexpr double kGradientTolerance = 1e-5;
 constexpr double kCurveTolerance = 1e-4;
@@ -136,7 +137,7 @@ std::pair<std::vector<double>, std::vector<float>> StepsWithSync(const Plan& pla
   std::vector<float> weights;
   std::mutex mu;
   runtime::RunInProcess(plan.num_ranks, [&](runtime::Comm& comm) {
-    auto trainer = Trainer::Create(plan, model, options, comm);
+    auto trainer = Trainer::Create(WithBatch(plan, options.batch), model, options, comm);
     ASSERT_TRUE(trainer) << trainer.error().message;
     std::vector<double> mine;
     for (int step = 0; step < steps; ++step) {
@@ -194,7 +195,7 @@ std::string SetupError(const Plan& plan, const ModelSpec& model, const TrainOpti
   std::string first;
   std::mutex mu;
   runtime::RunInProcess(world_size, [&](runtime::Comm& comm) {
-    auto trainer = Trainer::Create(plan, model, options, comm);
+    auto trainer = Trainer::Create(WithBatch(plan, options.batch), model, options, comm);
     std::lock_guard lock(mu);
     if (!trainer && (comm.rank() == 0)) first = trainer.error().message;
     if (trainer && comm.rank() == 0) first = "no error";

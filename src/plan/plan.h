@@ -107,6 +107,15 @@ std::vector<int> ParticipatingRanks(const Plan& plan);
 // Replica `replica` as a one-replica plan over the same cluster: its groups (in order), batch =
 // its sequences, every other rank left out, no prediction. REQUIRES 0 <= replica < NumReplicas.
 Plan ReplicaPlan(const Plan& plan, int replica);
+// A plan made for a part of the cluster (its rank r is world rank world_ranks[r]) as a plan over
+// `num_ranks` world ranks: groups renumbered, every world rank outside it left out, no
+// prediction. REQUIRES world_ranks.size() == plan.num_ranks, distinct ranks in [0, num_ranks).
+Plan EmbedPlan(const Plan& plan, const std::vector<int>& world_ranks, int num_ranks);
+// The inverse of ReplicaPlan: one-replica plans over the same world ranks (ReplicaPlan or
+// EmbedPlan form) as the replicas of one plan, in order; each plan's batch is its replica's
+// sequences, batch is their sum, ranks in none are left out, configs joined by " | ".
+// REQUIRES: non-empty; equal num_ranks; no rank in two of them.
+Plan MergeReplicas(const std::vector<Plan>& replicas);
 
 // The query-head ids whose KV head is g: [g * H/G, (g+1) * H/G).
 inline int KvHeadOf(int head, int num_heads, int num_kv_heads) {

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "plan/plan.h"
+#include "spec/error.h"
 
 namespace hexiseq {
 
@@ -38,6 +39,58 @@ Plan ReplicaPlan(const Plan& plan, int replica) {
   }
   out.left_out.clear();
   for (int rank = 0; rank < plan.num_ranks; ++rank)
+    if (!inside[rank]) out.left_out.push_back(rank);
+  return out;
+}
+
+Plan EmbedPlan(const Plan& plan, const std::vector<int>& world_ranks, int num_ranks) {
+  HEXISEQ_CHECK(static_cast<int>(world_ranks.size()) == plan.num_ranks,
+                "EmbedPlan: one world rank per plan rank");
+  Plan out = plan;
+  out.predicted.reset();
+  out.num_ranks = num_ranks;
+  std::vector<bool> inside(std::max(0, num_ranks), false);
+  for (PlanGroup& group : out.groups) {
+    for (int& rank : group.ranks) rank = world_ranks[rank];
+    for (PlanMember& member : group.members) {
+      member.rank = world_ranks[member.rank];
+      member.node = -1;  // informative only; the plan's nodes are not the world's
+      inside[member.rank] = true;
+    }
+  }
+  out.left_out.clear();
+  for (int rank = 0; rank < num_ranks; ++rank)
+    if (!inside[rank]) out.left_out.push_back(rank);
+  return out;
+}
+
+Plan MergeReplicas(const std::vector<Plan>& replicas) {
+  HEXISEQ_CHECK(!replicas.empty(), "MergeReplicas: at least one replica");
+  Plan out = replicas.front();
+  out.predicted.reset();
+  out.groups.clear();
+  out.replica_sequences.clear();
+  out.batch = 0;
+  out.config.clear();
+  std::vector<bool> inside(std::max(0, out.num_ranks), false);
+  for (size_t replica = 0; replica < replicas.size(); ++replica) {
+    const Plan& part = replicas[replica];
+    HEXISEQ_CHECK(part.num_ranks == out.num_ranks && NumReplicas(part) == 1,
+                  "MergeReplicas: one-replica plans over the same ranks");
+    for (const PlanGroup& group : part.groups) {
+      out.groups.push_back(group);
+      out.groups.back().replica = static_cast<int>(replica);
+      for (const PlanMember& member : group.members) {
+        HEXISEQ_CHECK(!inside[member.rank], "MergeReplicas: replicas share no rank");
+        inside[member.rank] = true;
+      }
+    }
+    out.replica_sequences.push_back(part.batch);
+    out.batch += part.batch;
+    out.config += (replica > 0 ? " | " : "") + part.config;
+  }
+  out.left_out.clear();
+  for (int rank = 0; rank < out.num_ranks; ++rank)
     if (!inside[rank]) out.left_out.push_back(rank);
   return out;
 }

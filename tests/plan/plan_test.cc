@@ -131,6 +131,30 @@ TEST(Plan, ReplicasAndLeftOutValidate) {
   EXPECT_EQ(second.groups[0].ranks, (std::vector<int>{2}));
 }
 
+// MergeReplicas is ReplicaPlan's inverse; EmbedPlan renumbers a part's plan into world ranks.
+TEST(Plan, MergeReplicasUndoesReplicaPlanAndEmbedPlanRenumbers) {
+  const Plan p = TwoReplicaPlan();
+  const Plan merged = MergeReplicas({ReplicaPlan(p, 0), ReplicaPlan(p, 1)});
+  EXPECT_EQ(ErrorOf(merged), "");
+  EXPECT_EQ(merged.groups, p.groups);
+  EXPECT_EQ(merged.replica_sequences, p.replica_sequences);
+  EXPECT_EQ(merged.batch, p.batch);
+  EXPECT_EQ(merged.left_out, p.left_out);
+
+  Plan part = ReplicaPlan(p, 1);  // rank 2 alone, as a one-rank plan
+  part.num_ranks = 1;
+  part.left_out.clear();
+  part.groups[0].ranks = {0};
+  part.groups[0].members[0].rank = 0;
+  const Plan embedded = EmbedPlan(part, {2}, 4);
+  EXPECT_EQ(ErrorOf(embedded), "");
+  EXPECT_EQ(embedded.left_out, (std::vector<int>{0, 1, 3}));
+  ASSERT_EQ(embedded.groups.size(), 1u);
+  EXPECT_EQ(embedded.groups[0].ranks, (std::vector<int>{2}));
+  EXPECT_EQ(embedded.groups[0].members[0].rank, 2);
+  EXPECT_EQ(embedded.groups[0].tokens, p.groups[1].tokens);
+}
+
 TEST(Plan, ReplicaViolationsAreNamed) {
   Plan p = TwoReplicaPlan();
   p.replica_sequences = {3, 2};

@@ -43,7 +43,7 @@ std::string RankSpans(const std::vector<int>& ranks) {
 // The replicas (sequences, ranks, busy time; the slowest sets the iteration) and left-out ranks.
 void PrintReplicas(const sim::SimResult& result) {
   std::vector<std::vector<std::string>> rows = {
-      {"replica", "sequences", "ranks", "layers s (1 seq)", "LM head s (1 seq)", "busy s"}};
+      {"replica", "sequences", "ranks", "explicit layers s/seq", "LM head s/seq", "busy s"}};
   for (const sim::SimReplica& replica : result.replicas)
     rows.push_back({std::to_string(replica.replica) +
                         (replica.replica == result.slowest_replica ? " (slowest)" : ""),

@@ -208,6 +208,7 @@ void Builder::AllToAll(Direction direction, bool inbound, PassOps& ops) {
   ForEachAllToAllPiece(schedule_, direction, inbound, [&](int from, int to, int64_t bytes) {
     const int message = Message(label, from, to, static_cast<double>(bytes));
     Dep(inbound ? ops.before[from] : ops.ring_done[from], message);
+    Dep(inbound ? ops.before[to] : ops.ring_done[to], message);  // rendezvous: both in the phase
     Dep(message, inbound ? ops.local_in[to] : ops.local_out[to]);
   });
 }
@@ -229,6 +230,7 @@ void Builder::KvMessages(Direction direction, PassOps& ops) {
         const int op = Message(OpLabel::kRingKv, message.source_rank, message.dest_rank, bytes,
                                message.origin);
         Dep(message.hop == 0 ? ops.local_in[message.source_rank] : delivered_to_primary, op);
+        Dep(ops.local_in[message.dest_rank], op);  // rendezvous: the receiver is in its ring phase
         delivered_to_primary = op;
         ops.arrivals[message.dest_rank].push_back({message.origin, op});
         const int sender_pos = message.hop == 0 ? message.origin : hops[message.hop - 1].ring_pos;
@@ -240,6 +242,7 @@ void Builder::KvMessages(Direction direction, PassOps& ops) {
         const int op = Message(OpLabel::kReplicaKv, message.source_rank, message.dest_rank, bytes,
                                message.origin);
         Dep(delivered_to_primary, op);
+        Dep(ops.local_in[message.dest_rank], op);
         ops.arrivals[message.dest_rank].push_back({message.origin, op});
         sends.push_back({message.source_rank, message.dest_rank,
                          (hops[message.hop].ring_pos - message.origin + ring_groups) % ring_groups,
@@ -341,6 +344,7 @@ void Builder::DkvMessages(PassOps& ops) {
       const int op = Message(OpLabel::kReplicaDkv, message.source_rank, message.dest_rank, bytes,
                              message.origin);
       Dep(computed, op);
+      Dep(ops.local_in[message.dest_rank], op);
       Dep(op, ops.ring_done[message.source_rank]);
       partials.push_back(op);
       continue;
@@ -348,6 +352,7 @@ void Builder::DkvMessages(PassOps& ops) {
     const int op =
         Message(OpLabel::kRingDkv, message.source_rank, message.dest_rank, bytes, message.origin);
     Dep(computed, op);
+    Dep(ops.local_in[message.dest_rank], op);
     for (int partial : partials) Dep(partial, op);
     partials.clear();
     if (schedule_.DkvFeeder(message.hop) >= 0) Dep(feeding_return, op);

@@ -88,7 +88,7 @@ class Builder {
              std::tie(other.from, other.to, other.distance, other.op);
     }
   };
-  void SendInOrderPerLink(std::vector<LinkSend>& sends);
+  void SendInOrderPerLink(std::vector<LinkSend>& sends, const std::vector<int>& receiver_ready);
   void JoinLastPerLink(const std::vector<LinkSend>& sorted, const std::vector<int>& ring_done,
                        bool receiver_too);
   std::vector<LinkSend> kv_sends_;  // this pass's K/V sends
@@ -230,7 +230,6 @@ void Builder::KvMessages(Direction direction, PassOps& ops) {
         const int op = Message(OpLabel::kRingKv, message.source_rank, message.dest_rank, bytes,
                                message.origin);
         Dep(message.hop == 0 ? ops.local_in[message.source_rank] : delivered_to_primary, op);
-        Dep(ops.local_in[message.dest_rank], op);  // rendezvous: the receiver is in its ring phase
         delivered_to_primary = op;
         ops.arrivals[message.dest_rank].push_back({message.origin, op});
         const int sender_pos = message.hop == 0 ? message.origin : hops[message.hop - 1].ring_pos;
@@ -242,7 +241,6 @@ void Builder::KvMessages(Direction direction, PassOps& ops) {
         const int op = Message(OpLabel::kReplicaKv, message.source_rank, message.dest_rank, bytes,
                                message.origin);
         Dep(delivered_to_primary, op);
-        Dep(ops.local_in[message.dest_rank], op);
         ops.arrivals[message.dest_rank].push_back({message.origin, op});
         sends.push_back({message.source_rank, message.dest_rank,
                          (hops[message.hop].ring_pos - message.origin + ring_groups) % ring_groups,
@@ -255,20 +253,26 @@ void Builder::KvMessages(Direction direction, PassOps& ops) {
         break;
     }
   });
-  SendInOrderPerLink(sends);
+  SendInOrderPerLink(sends, ops.local_in);
   SortByOrigin(ops.arrivals);
 }
 
 // A rank sends the K/V blocks it forwards over one link in the order they reached it (one
 // channel per peer, as the runtime's step loop does), so blocks do not share a link's bandwidth
-// and arrive whole one after another.
-void Builder::SendInOrderPerLink(std::vector<LinkSend>& sends) {
+// and arrive whole one after another. Transfers are rendezvous: a link's first send starts only
+// once its receiver is ready (`receiver_ready[to]`, its ring phase entered), and the others follow
+// it.
+void Builder::SendInOrderPerLink(std::vector<LinkSend>& sends,
+                                 const std::vector<int>& receiver_ready) {
   std::sort(sends.begin(), sends.end());
-  for (size_t index = 1; index < sends.size(); ++index) {
-    const LinkSend& previous = sends[index - 1];
+  for (size_t index = 0; index < sends.size(); ++index) {
     const LinkSend& current = sends[index];
-    if (previous.from == current.from && previous.to == current.to)
-      engine_->Depend(previous.op, current.op);
+    const bool first =
+        index == 0 || sends[index - 1].from != current.from || sends[index - 1].to != current.to;
+    if (first)
+      Dep(receiver_ready[current.to], current.op);
+    else
+      engine_->Depend(sends[index - 1].op, current.op);
   }
 }
 
@@ -352,7 +356,6 @@ void Builder::DkvMessages(PassOps& ops) {
     const int op =
         Message(OpLabel::kRingDkv, message.source_rank, message.dest_rank, bytes, message.origin);
     Dep(computed, op);
-    Dep(ops.local_in[message.dest_rank], op);
     for (int partial : partials) Dep(partial, op);
     partials.clear();
     if (schedule_.DkvFeeder(message.hop) >= 0) Dep(feeding_return, op);
@@ -361,7 +364,7 @@ void Builder::DkvMessages(PassOps& ops) {
     sends.push_back({message.source_rank, message.dest_rank,
                      (ring_pos - message.origin + ring_groups) % ring_groups, op});
   }
-  SendInOrderPerLink(sends);
+  SendInOrderPerLink(sends, ops.local_in);
   JoinLastPerLink(sends, ops.ring_done, /*receiver_too=*/true);
 }
 

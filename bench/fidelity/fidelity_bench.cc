@@ -2,7 +2,11 @@
 // on random heterogeneous clusters: 2-6 GPU types, 8-128 GPUs, NVLink and PCIe nodes, NICs
 // 12.5-50 GB/s; models gpt-3b/7b/13b, llama3-8b/70b; 32K-1M tokens; all six strategies. Reports
 // mean, p95 and max |model - sim| / sim per strategy and Kendall's tau of the plans' ranking per
-// scenario. With `routes`, also simulates every plan with the other dK/dV route
+// scenario. Replica plans (the scheduler does not emit them yet) are composed from baselines on
+// node subsets in the same scenarios and reported in a table of their own: one ring per node as
+// replicas, one usp per node kind as replicas (with and without the slowest kind left out), and
+// the subset baseline with its idle ranks left out; batch 2 x replicas split by the replicas'
+// modelled speed. With `routes`, also simulates every plan with the other dK/dV route
 // (DkvRoute::kDirectToOwner vs the schedule's kAlongChain) and reports the ratio of simulated
 // iteration times per strategy: the evidence behind the schedule's policy.
 // Usage: fidelity_bench [min_feasible_plans=300] [seed=1] [routes]
@@ -13,6 +17,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -107,11 +112,172 @@ std::vector<StrategyResult> AllStrategies(const CostModel& cost) {
   return results;
 }
 
+// ---- Replica plans composed from baselines on node subsets.
+
+using Baseline = StrategyResult (*)(const CostModel&);
+
+// Nodes [first_node, first_node + count) of one kind as a cluster of their own (world ranks in
+// `world_ranks`).
+Cluster NodeSubset(const Cluster& cluster, int first_node, int count,
+                   std::vector<int>* world_ranks) {
+  const NodeInfo& first = cluster.nodes[first_node];
+  Cluster part;
+  part.name = cluster.name + " part";
+  part.inter_node_latency_seconds = cluster.inter_node_latency_seconds;
+  part.kinds = {cluster.kinds[first.kind]};
+  part.kinds[0].count = count;
+  for (const LinkOverride& link : cluster.links)
+    if (link.kind_a == first.kind && link.kind_b == first.kind)
+      part.links.push_back({0, 0, link.bytes_per_second});
+  part.Finalize();
+  world_ranks->clear();
+  for (int node = first_node; node < first_node + count; ++node)
+    for (int local = 0; local < cluster.nodes[node].num_ranks; ++local)
+      world_ranks->push_back(cluster.nodes[node].first_rank + local);
+  return part;
+}
+
+struct Part {
+  Plan plan;  // over the world ranks
+  double seconds_per_sequence = 0;
+};
+
+// A baseline planned on nodes [first_node, first_node + count) alone (one sequence), or nothing
+// when it is infeasible there.
+std::optional<Part> BaselineOnNodes(const Scenario& scenario, Baseline baseline, int first_node,
+                                    int count) {
+  std::vector<int> world_ranks;
+  const Cluster part = NodeSubset(scenario.cluster, first_node, count, &world_ranks);
+  Workload workload = scenario.workload;
+  workload.batch = 1;
+  const StrategyResult result = baseline(CostModel(part, scenario.model, workload));
+  if (!result.feasible()) return std::nullopt;
+  return Part{EmbedPlan(result.plan, world_ranks, scenario.cluster.num_ranks()),
+              result.cost.iteration_seconds - result.cost.grad_sync_seconds};
+}
+
+// The replicas as one plan: 2 x replicas sequences, one each and the rest by modelled speed.
+Plan ComposeReplicas(std::vector<Part> parts, const std::string& strategy) {
+  const int batch = 2 * static_cast<int>(parts.size());
+  std::vector<double> speeds;
+  for (const Part& part : parts) speeds.push_back(1 / part.seconds_per_sequence);
+  const std::vector<int64_t> extra = LargestRemainder(batch - parts.size(), speeds);
+  std::vector<Plan> plans;
+  for (size_t replica = 0; replica < parts.size(); ++replica) {
+    plans.push_back(parts[replica].plan);
+    plans.back().batch = 1 + static_cast<int>(extra[replica]);
+  }
+  Plan plan = MergeReplicas(plans);
+  plan.strategy = strategy;
+  return plan;
+}
+
+// The nodes of each kind: (first node, count), in cluster order.
+std::vector<std::pair<int, int>> KindNodes(const Cluster& cluster) {
+  std::vector<std::pair<int, int>> kinds;
+  for (const NodeInfo& node : cluster.nodes) {
+    if (kinds.empty() || cluster.nodes[kinds.back().first].kind != node.kind)
+      kinds.push_back({node.node, 0});
+    ++kinds.back().second;
+  }
+  return kinds;
+}
+
+// The kind index (into KindNodes) with the least GEMM throughput per node.
+size_t SlowestKind(const Cluster& cluster, const std::vector<std::pair<int, int>>& kinds) {
+  size_t slowest = 0;
+  auto node_flops = [&](size_t index) {
+    const NodeInfo& node = cluster.nodes[kinds[index].first];
+    return node.num_ranks * cluster.kinds[node.kind].device.GemmFlops();
+  };
+  for (size_t index = 1; index < kinds.size(); ++index)
+    if (node_flops(index) < node_flops(slowest)) slowest = index;
+  return slowest;
+}
+
+// The subset baseline's plan with its idle ranks left out instead of in an idle group.
+std::optional<Plan> SubsetLeavingOut(const CostModel& cost) {
+  StrategyResult subset = SubsetBaseline(cost);
+  if (!subset.feasible()) return std::nullopt;
+  Plan plan = subset.plan;
+  plan.predicted.reset();
+  std::erase_if(plan.groups, [&](const PlanGroup& group) {
+    if (TotalTokens(group.tokens) > 0) return false;
+    plan.left_out.insert(plan.left_out.end(), group.ranks.begin(), group.ranks.end());
+    return true;
+  });
+  if (plan.left_out.empty()) return std::nullopt;
+  std::sort(plan.left_out.begin(), plan.left_out.end());
+  plan.strategy = "subset, left out";
+  return plan;
+}
+
+// Every composed replica plan of a scenario whose parts are all feasible.
+std::vector<Plan> ReplicaPlans(const Scenario& scenario) {
+  std::vector<Plan> plans;
+  std::vector<Part> per_node;
+  for (const NodeInfo& node : scenario.cluster.nodes)
+    if (auto part = BaselineOnNodes(scenario, RingBaseline, node.node, 1))
+      per_node.push_back(*part);
+  if (per_node.size() == scenario.cluster.nodes.size() && per_node.size() > 1)
+    plans.push_back(ComposeReplicas(per_node, "ring per node"));
+  const std::vector<std::pair<int, int>> kinds = KindNodes(scenario.cluster);
+  const size_t slowest = SlowestKind(scenario.cluster, kinds);
+  std::vector<Part> per_kind, without_slowest;
+  for (size_t index = 0; index < kinds.size(); ++index) {
+    auto part = BaselineOnNodes(scenario, UspBaseline, kinds[index].first, kinds[index].second);
+    if (!part) continue;
+    per_kind.push_back(*part);
+    if (index != slowest) without_slowest.push_back(*part);
+  }
+  if (per_kind.size() == kinds.size()) plans.push_back(ComposeReplicas(per_kind, "usp per kind"));
+  if (without_slowest.size() + 1 == kinds.size() && without_slowest.size() > 1)
+    plans.push_back(ComposeReplicas(without_slowest, "usp per kind, slowest left out"));
+  if (auto subset =
+          SubsetLeavingOut(CostModel(scenario.cluster, scenario.model, scenario.workload)))
+    plans.push_back(*subset);
+  return plans;
+}
+
 struct Sample {
   double error = 0;  // (model - sim) / sim
   std::string where;
   std::string term;  // the term whose model and simulated values differ most
 };
+
+Sample MakeSample(double model_seconds, const sim::SimResult& sim, const std::string& where) {
+  const sim::SimTerm* term = sim::LargestDisagreement(sim);
+  char term_text[160];
+  std::snprintf(term_text, sizeof term_text, "%s %.3f/%.3f s", term->name.c_str(),
+                term->model_seconds, term->sim_seconds);
+  return {model_seconds / sim.iteration_seconds - 1, where, term_text};
+}
+
+// The composed replica plans of a scenario that the model finds feasible, each scored by the
+// model (batch = the plan's) and simulated. False when one fails to simulate (a bug).
+bool SampleReplicaPlans(const Scenario& scenario,
+                        std::map<std::string, std::vector<Sample>>& samples) {
+  for (const Plan& plan : ReplicaPlans(scenario)) {
+    Workload workload = scenario.workload;
+    workload.batch = plan.batch;
+    const CostModel cost(scenario.cluster, scenario.model, workload);
+    const PlanCost predicted = cost.Evaluate(plan);
+    if (!predicted.feasible) continue;
+    auto sim = sim::Simulate(plan, cost);
+    if (!sim) {
+      std::fprintf(stderr, "simulate failed: %s\n", sim.error().message.c_str());
+      return false;
+    }
+    std::string split;
+    for (int sequences : plan.replica_sequences)
+      split += (split.empty() ? "" : "/") + std::to_string(sequences);
+    const std::string where = scenario.label + " " + std::to_string(NumReplicas(plan)) +
+                              " replicas, sequences " + (split.empty() ? "1" : split) + ", " +
+                              std::to_string(plan.left_out.size()) + " left out";
+    samples[plan.strategy].push_back(MakeSample(predicted.iteration_seconds, *sim, where));
+  }
+  return true;
+}
 
 double Quantile(std::vector<double> values, double q) {
   std::sort(values.begin(), values.end());
@@ -172,7 +338,7 @@ void PrintRouteTable(const std::map<std::string, std::vector<double>>& ratios) {
 int Run(int min_plans, uint64_t seed, bool compare_routes) {
   PrintHeader();
   std::mt19937_64 rng(seed);
-  std::map<std::string, std::vector<Sample>> samples;
+  std::map<std::string, std::vector<Sample>> samples, replica_samples;
   std::vector<double> taus;
   std::map<std::string, std::vector<double>> route_ratios;
   int feasible = 0, scenarios = 0;
@@ -199,16 +365,13 @@ int Run(int min_plans, uint64_t seed, bool compare_routes) {
         route_ratios[result.strategy].push_back(other->iteration_seconds / sim->iteration_seconds);
       }
       const double model_seconds = result.cost.iteration_seconds;
-      const sim::SimTerm* term = sim::LargestDisagreement(*sim);
-      char term_text[160];
-      std::snprintf(term_text, sizeof term_text, "%s %.3f/%.3f s", term->name.c_str(),
-                    term->model_seconds, term->sim_seconds);
-      samples[result.strategy].push_back({model_seconds / sim->iteration_seconds - 1,
-                                          scenario.label + " " + result.config, term_text});
+      samples[result.strategy].push_back(
+          MakeSample(model_seconds, *sim, scenario.label + " " + result.config));
       modelled.push_back(model_seconds);
       simulated.push_back(sim->iteration_seconds);
       ++feasible;
     }
+    if (!SampleReplicaPlans(scenario, replica_samples)) return 1;
     ++scenarios;
     if (modelled.size() >= 3) {
       taus.push_back(sim::KendallTau(modelled, simulated));
@@ -221,6 +384,8 @@ int Run(int min_plans, uint64_t seed, bool compare_routes) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("\n%d scenarios, %d feasible plans, %.0f s\n", scenarios, feasible, seconds);
   PrintStrategyTable(samples);
+  std::printf("\nReplica plans composed from baselines on node subsets, same scenarios:\n");
+  PrintStrategyTable(replica_samples);
   if (compare_routes) PrintRouteTable(route_ratios);
   double tau_mean = 0;
   int tau_ok = 0;

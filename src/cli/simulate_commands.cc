@@ -26,6 +26,62 @@ struct SimulateFlags {
   int nics_per_node = 0;
 };
 
+// Sorted ranks as spans: "0-3, 6, 8-9".
+std::string RankSpans(const std::vector<int>& ranks) {
+  std::string out;
+  for (size_t first = 0; first < ranks.size();) {
+    size_t last = first;
+    while (last + 1 < ranks.size() && ranks[last + 1] == ranks[last] + 1) ++last;
+    if (!out.empty()) out += ", ";
+    out += std::to_string(ranks[first]);
+    if (last > first) out += "-" + std::to_string(ranks[last]);
+    first = last + 1;
+  }
+  return out;
+}
+
+// The replicas (sequences, ranks, busy time; the slowest sets the iteration) and left-out ranks.
+void PrintReplicas(const sim::SimResult& result) {
+  std::vector<std::vector<std::string>> rows = {
+      {"replica", "sequences", "ranks", "explicit layers s/seq", "LM head s/seq", "busy s"}};
+  for (const sim::SimReplica& replica : result.replicas)
+    rows.push_back({std::to_string(replica.replica) +
+                        (replica.replica == result.slowest_replica ? " (slowest)" : ""),
+                    std::to_string(replica.sequences), RankSpans(replica.ranks),
+                    Fixed(replica.layer_seconds, 4), Fixed(replica.head_seconds, 4),
+                    Fixed(replica.busy_seconds, 4)});
+  std::fputs(FormatTable(rows).c_str(), stdout);
+  if (!result.left_out.empty())
+    std::printf("left out (idle, no model state, no gradient sync): ranks %s\n",
+                RankSpans(result.left_out).c_str());
+  std::printf("\n");
+}
+
+void PrintSimulateTable(const Plan& plan, const sim::SimResult& result) {
+  std::printf("plan %s (%s): %zu groups, %d ranks, %zu replicas; %lld events, %lld messages\n",
+              plan.strategy.c_str(), plan.config.c_str(), plan.groups.size(), plan.num_ranks,
+              result.replicas.size(), static_cast<long long>(result.events),
+              static_cast<long long>(result.messages));
+  std::printf("iteration %.4f s, %.0f tokens/s%s\n\n", result.iteration_seconds,
+              result.tokens_per_second,
+              result.feasible ? "" : ("  (INFEASIBLE: " + result.infeasible_reason + ")").c_str());
+  std::vector<std::vector<std::string>> terms = {{"term", "model s", "simulated s", "diff"}};
+  for (const sim::SimTerm& t : result.terms)
+    terms.push_back({t.name, Fixed(t.model_seconds, 4), Fixed(t.sim_seconds, 4),
+                     Fixed(t.sim_seconds - t.model_seconds, 4)});
+  std::fputs(FormatTable(terms).c_str(), stdout);
+  std::printf("\n");
+  PrintReplicas(result);
+  std::vector<std::vector<std::string>> rows = {
+      {"rank", "device", "replica", "busy s", "idle s", "comm s", "exposed comm s"}};
+  for (const sim::SimRank& r : result.ranks)
+    rows.push_back({std::to_string(r.rank), r.device,
+                    r.replica >= 0 ? std::to_string(r.replica) : "left out",
+                    Fixed(r.busy_seconds, 4), Fixed(r.idle_seconds, 4), Fixed(r.comm_seconds, 4),
+                    Fixed(r.exposed_comm_seconds, 4)});
+  std::fputs(FormatTable(rows).c_str(), stdout);
+}
+
 int RunSimulate(const SimulateFlags& f) {
   auto plan = LoadPlan(f.plan);
   if (!plan) return ReportError(plan.error());
@@ -40,30 +96,10 @@ int RunSimulate(const SimulateFlags& f) {
   if (!f.trace.empty())
     if (auto w = sim::WriteChromeTrace(*result, (*cost)->cluster(), f.trace); !w)
       return ReportError(w.error());
-  if (f.format == "json") {
+  if (f.format == "json")
     std::fputs(sim::SimResultToJson(*result).c_str(), stdout);
-  } else {
-    std::printf("plan %s (%s): %zu groups, %d ranks; %lld events, %lld messages\n",
-                plan->strategy.c_str(), plan->config.c_str(), plan->groups.size(), plan->num_ranks,
-                static_cast<long long>(result->events), static_cast<long long>(result->messages));
-    std::printf(
-        "iteration %.4f s, %.0f tokens/s%s\n\n", result->iteration_seconds,
-        result->tokens_per_second,
-        result->feasible ? "" : ("  (INFEASIBLE: " + result->infeasible_reason + ")").c_str());
-    std::vector<std::vector<std::string>> terms = {{"term", "model s", "simulated s", "diff"}};
-    for (const sim::SimTerm& t : result->terms)
-      terms.push_back({t.name, Fixed(t.model_seconds, 4), Fixed(t.sim_seconds, 4),
-                       Fixed(t.sim_seconds - t.model_seconds, 4)});
-    std::fputs(FormatTable(terms).c_str(), stdout);
-    std::printf("\n");
-    std::vector<std::vector<std::string>> rows = {
-        {"rank", "device", "busy s", "idle s", "comm s", "exposed comm s"}};
-    for (const sim::SimRank& r : result->ranks)
-      rows.push_back({std::to_string(r.rank), r.device, Fixed(r.busy_seconds, 4),
-                      Fixed(r.idle_seconds, 4), Fixed(r.comm_seconds, 4),
-                      Fixed(r.exposed_comm_seconds, 4)});
-    std::fputs(FormatTable(rows).c_str(), stdout);
-  }
+  else
+    PrintSimulateTable(*plan, *result);
   if (!f.trace.empty()) std::fprintf(stderr, "hexiseq: trace written to %s\n", f.trace.c_str());
   return result->feasible ? 0 : 1;
 }

@@ -175,9 +175,23 @@ Result<void> CheckScheduleInvariants(const Plan& plan) {
   for (size_t group = 0; group < plan.groups.size(); ++group) {
     CheckGroup(plan, static_cast<int>(group), state);
   }
+  std::vector<char> left_out(plan.num_ranks, 0);
+  for (int rank : plan.left_out) {
+    if (rank < 0 || rank >= plan.num_ranks) {
+      state.problems.push_back("plan: left_out has rank " + std::to_string(rank) +
+                               ", outside [0, " + std::to_string(plan.num_ranks) + ")");
+      continue;
+    }
+    left_out[rank] = 1;
+    if (state.times_seen[rank] > 0) {
+      state.problems.push_back("plan: rank " + std::to_string(rank) +
+                               " is left out and in a group (it must be one or the other)");
+    }
+  }
   for (int rank = 0; rank < plan.num_ranks; ++rank) {
-    if (state.times_seen[rank] == 0) {
-      state.problems.push_back("plan: rank " + std::to_string(rank) + " is in no group");
+    if (state.times_seen[rank] == 0 && !left_out[rank]) {
+      state.problems.push_back("plan: rank " + std::to_string(rank) +
+                               " is in no group and not left out");
     }
   }
   std::string overlap;

@@ -199,7 +199,8 @@ struct LayerSchedule {
   bool operator==(const LayerSchedule&) const = default;
 };
 
-// Checks the invariants the schedule relies on (a precise message for each violation: ranks,
+// Checks the invariants the schedule relies on (a precise message for each violation: ranks, each
+// in exactly one group or in left_out (a left-out rank sends and receives nothing),
 // tokens partitioning [0, S) and each group's tokens, heads partitioning {0..H-1} in each group
 // with tokens, idle groups holding no heads) and derives the schedule. Cost: O(ranks + heads x
 // ranks + ring groups^2) time; memory linear in the chains' total length plus members^2 per group.

@@ -88,7 +88,7 @@ class Builder {
              std::tie(other.from, other.to, other.distance, other.op);
     }
   };
-  void SendInOrderPerLink(std::vector<LinkSend>& sends);
+  void SendInOrderPerLink(std::vector<LinkSend>& sends, const std::vector<int>& receiver_ready);
   void JoinLastPerLink(const std::vector<LinkSend>& sorted, const std::vector<int>& ring_done,
                        bool receiver_too);
   std::vector<LinkSend> kv_sends_;  // this pass's K/V sends
@@ -208,6 +208,7 @@ void Builder::AllToAll(Direction direction, bool inbound, PassOps& ops) {
   ForEachAllToAllPiece(schedule_, direction, inbound, [&](int from, int to, int64_t bytes) {
     const int message = Message(label, from, to, static_cast<double>(bytes));
     Dep(inbound ? ops.before[from] : ops.ring_done[from], message);
+    Dep(inbound ? ops.before[to] : ops.ring_done[to], message);  // rendezvous: both in the phase
     Dep(message, inbound ? ops.local_in[to] : ops.local_out[to]);
   });
 }
@@ -252,20 +253,26 @@ void Builder::KvMessages(Direction direction, PassOps& ops) {
         break;
     }
   });
-  SendInOrderPerLink(sends);
+  SendInOrderPerLink(sends, ops.local_in);
   SortByOrigin(ops.arrivals);
 }
 
 // A rank sends the K/V blocks it forwards over one link in the order they reached it (one
 // channel per peer, as the runtime's step loop does), so blocks do not share a link's bandwidth
-// and arrive whole one after another.
-void Builder::SendInOrderPerLink(std::vector<LinkSend>& sends) {
+// and arrive whole one after another. Transfers are rendezvous: a link's first send starts only
+// once its receiver is ready (`receiver_ready[to]`, its ring phase entered), and the others follow
+// it.
+void Builder::SendInOrderPerLink(std::vector<LinkSend>& sends,
+                                 const std::vector<int>& receiver_ready) {
   std::sort(sends.begin(), sends.end());
-  for (size_t index = 1; index < sends.size(); ++index) {
-    const LinkSend& previous = sends[index - 1];
+  for (size_t index = 0; index < sends.size(); ++index) {
     const LinkSend& current = sends[index];
-    if (previous.from == current.from && previous.to == current.to)
-      engine_->Depend(previous.op, current.op);
+    const bool first =
+        index == 0 || sends[index - 1].from != current.from || sends[index - 1].to != current.to;
+    if (first)
+      Dep(receiver_ready[current.to], current.op);
+    else
+      engine_->Depend(sends[index - 1].op, current.op);
   }
 }
 
@@ -341,6 +348,7 @@ void Builder::DkvMessages(PassOps& ops) {
       const int op = Message(OpLabel::kReplicaDkv, message.source_rank, message.dest_rank, bytes,
                              message.origin);
       Dep(computed, op);
+      Dep(ops.local_in[message.dest_rank], op);
       Dep(op, ops.ring_done[message.source_rank]);
       partials.push_back(op);
       continue;
@@ -356,7 +364,7 @@ void Builder::DkvMessages(PassOps& ops) {
     sends.push_back({message.source_rank, message.dest_rank,
                      (ring_pos - message.origin + ring_groups) % ring_groups, op});
   }
-  SendInOrderPerLink(sends);
+  SendInOrderPerLink(sends, ops.local_in);
   JoinLastPerLink(sends, ops.ring_done, /*receiver_too=*/true);
 }
 
@@ -544,18 +552,28 @@ int GradSyncMarker(int rank, Engine& engine) {
   return engine.Add(op);
 }
 
-// Phase A: a ring over each node's GPUs, g - 1 steps of bucket / g bytes; a GPU sends step s
-// once it has received step s - 1 and sent step s - 1 (a channel sends its chunks in order, so
-// two steps never share a port). Returns the ops that end the phase.
-std::vector<int> IntraNodeRings(const Cluster& cluster, double bucket, Engine& engine) {
+// The participating GPUs of each node, in rank order; nodes without any are dropped.
+std::vector<std::vector<int>> ParticipantsByNode(const Cluster& cluster,
+                                                 const std::vector<int>& participants) {
+  std::vector<std::vector<int>> by_node(cluster.nodes.size());
+  for (int rank : participants) by_node[cluster.ranks[rank].node].push_back(rank);
+  std::erase_if(by_node, [](const std::vector<int>& ranks) { return ranks.empty(); });
+  return by_node;
+}
+
+// Phase A: a ring over each node's participating GPUs, g - 1 steps of bucket / g bytes; a GPU
+// sends step s once it has received step s - 1 and sent step s - 1 (a channel sends its chunks in
+// order, so two steps never share a port). Returns the ops that end the phase.
+std::vector<int> IntraNodeRings(const std::vector<std::vector<int>>& nodes, double bucket,
+                                Engine& engine) {
   std::vector<int> ends;
-  for (const NodeInfo& node : cluster.nodes) {
-    const int size = node.num_ranks;
+  for (const std::vector<int>& gpus : nodes) {
+    const int size = static_cast<int>(gpus.size());
     std::vector<int> received(size, -1), sent(size, -1);
     for (int step = 0; step + 1 < size; ++step) {
       for (int local = 0; local < size; ++local) {
-        const int from = node.first_rank + local;
-        const int to = node.first_rank + (local + 1) % size;
+        const int from = gpus[local];
+        const int to = gpus[(local + 1) % size];
         const int message = engine.Add(GradSyncMessage(from, to, bucket / size, step));
         if (received[local] >= 0) engine.Depend(received[local], message);
         if (sent[local] >= 0) engine.Depend(sent[local], message);  // one channel: in order
@@ -569,29 +587,32 @@ std::vector<int> IntraNodeRings(const Cluster& cluster, double bucket, Engine& e
   return ends;
 }
 
-// Phase B: a ring over the nodes, N - 1 steps; at each step every GPU j of node i sends its
-// bucket / (N g_i) share to GPU j mod g_{i+1} of the next node, after its node has received the
-// whole previous step (a per-node join) and after its own previous send (in order).
-void InterNodeRing(const Cluster& cluster, double bucket, int start, Engine& engine) {
-  const int num_nodes = static_cast<int>(cluster.nodes.size());
+// Phase B: a ring over the participating nodes, N - 1 steps; at each step every participating
+// GPU j of node i sends its bucket / (N g_i) share to GPU j mod g_{i+1} of the next node, after
+// its node has received the whole previous step (a per-node join) and after its own previous send
+// (in order).
+void InterNodeRing(const std::vector<std::vector<int>>& nodes, int num_ranks, double bucket,
+                   int start, Engine& engine) {
+  const int num_nodes = static_cast<int>(nodes.size());
   std::vector<int> node_ready(num_nodes, start);
-  std::vector<int> last_sent(cluster.num_ranks(), -1);
+  std::vector<int> last_sent(num_ranks, -1);
   for (int step = 0; step + 1 < num_nodes; ++step) {
     std::vector<int> node_received(num_nodes, -1);
     for (int index = 0; index < num_nodes; ++index) {
-      const NodeInfo& to = cluster.nodes[(index + 1) % num_nodes];
-      node_received[(index + 1) % num_nodes] = GradSyncMarker(to.first_rank, engine);
+      const std::vector<int>& to = nodes[(index + 1) % num_nodes];
+      node_received[(index + 1) % num_nodes] = GradSyncMarker(to.front(), engine);
     }
     for (int index = 0; index < num_nodes; ++index) {
-      const NodeInfo& from = cluster.nodes[index];
-      const NodeInfo& to = cluster.nodes[(index + 1) % num_nodes];
-      const double flow_bytes = bucket / num_nodes / from.num_ranks;
-      for (int local = 0; local < from.num_ranks; ++local) {
-        const int message = engine.Add(GradSyncMessage(
-            from.first_rank + local, to.first_rank + local % to.num_ranks, flow_bytes, step));
+      const std::vector<int>& from = nodes[index];
+      const std::vector<int>& to = nodes[(index + 1) % num_nodes];
+      const int from_gpus = static_cast<int>(from.size());
+      const double flow_bytes = bucket / num_nodes / from_gpus;
+      for (int local = 0; local < from_gpus; ++local) {
+        const int message =
+            engine.Add(GradSyncMessage(from[local], to[local % to.size()], flow_bytes, step));
         engine.Depend(node_ready[index], message);
         engine.Depend(message, node_received[(index + 1) % num_nodes]);
-        int& previous = last_sent[from.first_rank + local];
+        int& previous = last_sent[from[local]];
         if (previous >= 0) engine.Depend(previous, message);
         previous = message;
       }
@@ -603,14 +624,21 @@ void InterNodeRing(const Cluster& cluster, double bucket, int start, Engine& eng
 }  // namespace
 
 void BuildGradSyncGraph(const CostModel& cost, Engine& engine) {
-  const Cluster& cluster = cost.cluster();
-  if (cluster.num_ranks() <= 1) return;
+  std::vector<int> every_rank(cost.cluster().num_ranks());
+  for (int rank = 0; rank < cost.cluster().num_ranks(); ++rank) every_rank[rank] = rank;
+  BuildGradSyncGraph(cost, every_rank, engine);
+}
+
+void BuildGradSyncGraph(const CostModel& cost, const std::vector<int>& participants,
+                        Engine& engine) {
+  if (participants.size() <= 1) return;
   const double bucket = cost.GradBucketBytes();
-  const std::vector<int> intra_ends = IntraNodeRings(cluster, bucket, engine);
-  if (cluster.nodes.size() <= 1) return;
-  const int barrier = GradSyncMarker(0, engine);
+  const std::vector<std::vector<int>> nodes = ParticipantsByNode(cost.cluster(), participants);
+  const std::vector<int> intra_ends = IntraNodeRings(nodes, bucket, engine);
+  if (nodes.size() <= 1) return;
+  const int barrier = GradSyncMarker(participants.front(), engine);
   for (int op : intra_ends) engine.Depend(op, barrier);
-  InterNodeRing(cluster, bucket, barrier, engine);
+  InterNodeRing(nodes, cost.cluster().num_ranks(), bucket, barrier, engine);
 }
 
 }  // namespace hexiseq::sim

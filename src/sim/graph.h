@@ -73,6 +73,12 @@ class LayerGraphBuilder {
 // algorithm (CostModel::GradSyncPassSeconds) message by message: a ring inside every node, a
 // barrier, then a ring over the nodes with all GPUs of a node sending at once. An all-gather pass
 // is the same messages reversed; the simulator scales this pass by CostModel::GradSyncPasses().
+// Every rank of the cluster takes part.
 void BuildGradSyncGraph(const CostModel& cost, Engine& engine);
+// Only `participants` take part (sorted, distinct world ranks; a plan's ParticipatingRanks): the
+// ring inside each node runs over its participating GPUs, the ring over the nodes skips nodes
+// with none, and node sizes are the participating GPUs. Left-out ranks send and receive nothing.
+void BuildGradSyncGraph(const CostModel& cost, const std::vector<int>& participants,
+                        Engine& engine);
 
 }  // namespace hexiseq::sim

@@ -1,16 +1,22 @@
 // The simulator's entry point: executes a Plan message by message on the cluster model (see
 // engine.h for the network, graph.h for the operations) and reports the iteration time,
-// tokens/s and per-rank busy/idle/communication figures.
+// tokens/s and per-rank and per-replica busy/idle/communication figures.
 //
 // Scaling: `explicit_layers` layers (default 1) are simulated forward, recompute and backward
 // with every message and attention block, each pass in an engine of its own (LayerGraphBuilder),
-// so only one pass's operations are held at a time; the iteration is
-//   batch x (layers / explicit_layers x T_layers + T_lm_head) + exposed gradient sync,
-// where the gradient sync of one layer's bucket is simulated as a ring over all ranks and the
-// whole sync (layers x bucket, per sequence under ZeRO-3) overlaps the iteration except its last
-// bucket. Sequences of a
-// batch run one after another. Memory feasibility comes from the cost model's memory figures
-// (the simulator does not model allocation).
+// so only one pass's operations are held at a time. Data-parallel replicas: each replica is its
+// one-replica plan (ReplicaPlan), and one engine per pass holds that pass of every replica, so
+// replicas that share a resource (a node's NIC pool with `nics_per_node`) contend for it; one
+// sequence of every replica runs at once (replicas are assumed busy side by side all iteration,
+// which holds when the batch split follows their speeds). A replica's busy time is
+//   sequences x (layers / explicit_layers x T_layers + T_lm_head),
+// its sequences one after another, and the iteration is the slowest replica's busy time plus the
+// exposed gradient sync. One layer's gradient bucket is simulated message by message over the
+// participating ranks only (ring inside each node over its participating GPUs, then a ring over
+// the participating nodes); the whole sync (layers x bucket, under ZeRO-3 once per sequence of
+// the replica with the most sequences) overlaps the slowest replica's compute except its last
+// bucket. Left-out ranks do nothing (no compute, no message). Memory feasibility comes from the
+// cost model's memory figures (the simulator does not model allocation).
 #pragma once
 
 #include <string>
@@ -35,6 +41,7 @@ struct SimOptions {
 struct SimRank {
   int rank = 0;
   std::string device;
+  int replica = 0;                  // its data-parallel replica; -1: left out (idle all iteration)
   bool active = false;              // holds tokens
   double busy_seconds = 0;          // compute, per iteration
   double idle_seconds = 0;          // iteration - busy
@@ -58,11 +65,21 @@ struct Timeline {
   int64_t layer_makespan_ns = 0;
 };
 
+// One data-parallel replica, simulated.
+struct SimReplica {
+  int replica = 0;
+  int sequences = 0;         // per iteration
+  std::vector<int> ranks;    // its ranks, sorted
+  double layer_seconds = 0;  // its explicit layers, fwd + recompute + bwd, one sequence
+  double head_seconds = 0;   // its LM head per sequence (slowest rank)
+  double busy_seconds = 0;   // per iteration: sequences x (scaled layers + LM head)
+};
+
 struct SimResult {
   double iteration_seconds = 0;
   double tokens_per_second = 0;
-  double layer_seconds = 0;            // simulated explicit layers, fwd + recompute + bwd
-  double head_seconds = 0;             // LM head per sequence (slowest rank)
+  double layer_seconds = 0;            // the slowest replica's explicit layers, fwd + rec + bwd
+  double head_seconds = 0;             // the slowest replica's LM head per sequence
   double grad_bucket_seconds = 0;      // one layer's gradient bucket
   double grad_sync_total_seconds = 0;  // all buckets
   double grad_sync_exposed_seconds = 0;
@@ -73,8 +90,11 @@ struct SimResult {
   int64_t compute_ops = 0;
   int segments = 0;
   std::vector<SimRank> ranks;
-  std::vector<SimTerm> terms;  // filled against the cost model's PlanCost
-  Timeline timeline;           // when keep_timeline
+  std::vector<SimReplica> replicas;  // one per replica (one for a one-replica plan)
+  int slowest_replica = 0;           // sets the iteration, the terms and layer/head seconds
+  std::vector<int> left_out;         // the plan's left-out ranks
+  std::vector<SimTerm> terms;        // the slowest replica's, against the cost model's PlanCost
+  Timeline timeline;                 // when keep_timeline
 };
 
 // REQUIRES nothing of the plan: it is validated first (kInvalidArgument with Validate's message).
@@ -87,7 +107,10 @@ const SimTerm* LargestDisagreement(const SimResult& result);
 // Kendall's tau-a between two score lists (same length >= 2): +1 same order, -1 reversed.
 double KendallTau(const std::vector<double>& a, const std::vector<double>& b);
 
-// JSON: {"iteration_seconds", "tokens_per_second", "ranks": [...], ...}; stable formatting.
+// JSON: {"iteration_seconds", "tokens_per_second", ..., "ranks": [{"rank", "device", "replica"
+// (index or "left out"), "active", ...}], "replicas": [{"replica", "sequences", "ranks",
+// "layer_seconds", "lm_head_seconds", "busy_seconds"}], "slowest_replica", "left_out", "terms"};
+// stable formatting.
 std::string SimResultToJson(const SimResult& result);
 
 }  // namespace hexiseq::sim

@@ -27,11 +27,18 @@ std::string OpName(const Op& op) {
   return name;
 }
 
+std::string ReplicaName(const std::vector<SimRank>& ranks, int rank) {
+  if (rank >= static_cast<int>(ranks.size())) return "";
+  const int replica = ranks[rank].replica;
+  return replica >= 0 ? ", replica " + std::to_string(replica) : ", left out";
+}
+
 class Writer {
  public:
   explicit Writer(const Cluster& cluster) : cluster_(cluster) {}
 
-  void Metadata() {
+  // `ranks` names each rank's data-parallel replica (or "left out").
+  void Metadata(const std::vector<SimRank>& ranks) {
     for (const NodeInfo& node : cluster_.nodes) {
       Meta(
           "process_name", node.node, 0,
@@ -39,7 +46,8 @@ class Writer {
       Meta("process_sort_index", node.node, 0, "", node.node);
       for (int rank = node.first_rank; rank < node.first_rank + node.num_ranks; ++rank)
         Meta("thread_name", node.node, rank,
-             "rank " + std::to_string(rank) + " compute (" + cluster_.device(rank).name + ")");
+             "rank " + std::to_string(rank) + " compute (" + cluster_.device(rank).name + ")" +
+                 ReplicaName(ranks, rank));
     }
   }
 
@@ -107,7 +115,7 @@ class Writer {
 std::string ChromeTraceJson(const SimResult& result, const Cluster& cluster) {
   const Timeline& tl = result.timeline;
   Writer writer(cluster);
-  writer.Metadata();
+  writer.Metadata(result.ranks);
   for (size_t id = 0; id < tl.layer_ops.size(); ++id) {
     const Op& op = tl.layer_ops[id];
     const OpTiming& t = tl.layer_timings[id];

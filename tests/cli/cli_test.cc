@@ -244,3 +244,61 @@ TEST(CliSimulate, BadPlanAndMismatchedClusterAreBadInput) {
 }
 
 }  // namespace
+
+namespace {
+
+// A plan with two single-GPU replicas (3 and 1 sequences) and a left-out GPU: the table lists
+// the replicas and the left-out rank, JSON carries them, the trace names each rank's replica.
+TEST(CliSimulate, ReplicasAndLeftOutRanks) {
+  const std::string cluster = Write("three.yaml",
+                                    "nodes:\n"
+                                    "  - gpu: H100-SXM\n    count: 1\n    gpus_per_node: 1\n"
+                                    "  - gpu: A100-SXM-80G\n    count: 1\n    gpus_per_node: 1\n"
+                                    "  - gpu: L40S\n    count: 1\n    gpus_per_node: 1\n"
+                                    "inter_node: 25 GB/s\n");
+  nlohmann::json heads = nlohmann::json::array();
+  for (int head = 0; head < 32; ++head) heads.push_back(head);
+  auto replica = [&](int rank, int sequences) {
+    nlohmann::json member = {{"rank", rank}, {"tokens", {{0, 8192}}}, {"heads", heads}};
+    return nlohmann::json{
+        {"sequences", sequences},
+        {"groups", {{{"ranks", {rank}}, {"tokens", {{0, 8192}}}, {"members", {member}}}}}};
+  };
+  const nlohmann::json plan_json = {{"format", "hexiseq.plan/2"},
+                                    {"strategy", "replicas"},
+                                    {"model", "gpt-3b"},
+                                    {"seq_len", 8192},
+                                    {"batch", 4},
+                                    {"recompute", "full"},
+                                    {"zero_stage", 1},
+                                    {"num_heads", 32},
+                                    {"num_kv_heads", 32},
+                                    {"num_ranks", 3},
+                                    {"replicas", {replica(0, 3), replica(1, 1)}},
+                                    {"left_out", {2}}};
+  const std::string plan = Write("replicas.json", plan_json.dump());
+  const std::string trace = TempDir() + "/replicas_trace.json";
+  CmdResult table = Hexiseq("simulate --plan " + plan + " --cluster " + cluster +
+                            " --model gpt-3b --trace " + trace);
+  ASSERT_EQ(table.code, 0) << table.err;
+  EXPECT_NE(table.out.find("2 replicas"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("left out (idle, no model state, no gradient sync): ranks 2"),
+            std::string::npos)
+      << table.out;
+  EXPECT_NE(table.out.find("L40S          left out"), std::string::npos) << table.out;
+  const std::string traced = Slurp(trace);
+  EXPECT_NE(traced.find("rank 1 compute (A100-SXM-80G), replica 1"), std::string::npos);
+  EXPECT_NE(traced.find("rank 2 compute (L40S), left out"), std::string::npos);
+  CmdResult json = Hexiseq("simulate --plan " + plan + " --cluster " + cluster +
+                           " --model gpt-3b --format json");
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto j = nlohmann::json::parse(json.out);
+  ASSERT_EQ(j["replicas"].size(), 2u);
+  EXPECT_EQ(j["replicas"][0]["sequences"], 3);
+  EXPECT_EQ(j["replicas"][1]["ranks"], nlohmann::json::array({1}));
+  EXPECT_EQ(j["left_out"], nlohmann::json::array({2}));
+  EXPECT_EQ(j["ranks"][2]["replica"], "left out");
+  EXPECT_EQ(j["ranks"][2]["busy_seconds"], 0.0);
+}
+
+}  // namespace

@@ -14,6 +14,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "runtime/attention_kernels.h"
 #include "runtime/dist_attention.h"
@@ -192,6 +193,51 @@ TEST(LayerSchedule, BadSizesAndBadPlansAreErrors) {
   schedule = BuildLayerSchedule(broken, Fp32Sizes(4));
   ASSERT_FALSE(schedule);
   EXPECT_NE(schedule.error().message.find("do not partition"), std::string::npos)
+      << schedule.error().message;
+}
+
+// A left-out rank (a data-parallel replica's plan leaves every other rank out) is in no group and
+// takes no part in any message: the schedule is the one of the same plan without that rank.
+TEST(LayerSchedule, LeftOutRanksSendAndReceiveNothing) {
+  const Plan plan = RingPlan(3, 31, 4, 2, /*zigzag=*/true);
+  Plan with_left_out = plan;
+  with_left_out.num_ranks = 4;
+  with_left_out.left_out = {3};
+  auto expected = BuildLayerSchedule(plan, Fp32Sizes(kHeadDim));
+  auto schedule = BuildLayerSchedule(with_left_out, Fp32Sizes(kHeadDim));
+  ASSERT_TRUE(expected) << expected.error().message;
+  ASSERT_TRUE(schedule) << schedule.error().message;
+  for (Direction direction : {Direction::kForward, Direction::kBackward}) {
+    std::multiset<std::tuple<int, int, int64_t>> want, got;
+    ForEachRingMessage(*expected, direction, [&](const RingMessage& message) {
+      want.insert({message.source_rank, message.dest_rank, message.bytes});
+    });
+    ForEachRingMessage(*schedule, direction, [&](const RingMessage& message) {
+      got.insert({message.source_rank, message.dest_rank, message.bytes});
+    });
+    for (bool inbound : {true, false}) {
+      ForEachAllToAllPiece(*expected, direction, inbound, [&](int from, int to, int64_t bytes) {
+        want.insert({from, to, bytes});
+      });
+      ForEachAllToAllPiece(*schedule, direction, inbound, [&](int from, int to, int64_t bytes) {
+        got.insert({from, to, bytes});
+      });
+    }
+    EXPECT_FALSE(want.empty());
+    EXPECT_EQ(got, want);
+  }
+  Plan missing = with_left_out;
+  missing.left_out.clear();
+  schedule = BuildLayerSchedule(missing, Fp32Sizes(kHeadDim));
+  ASSERT_FALSE(schedule);
+  EXPECT_NE(schedule.error().message.find("rank 3 is in no group and not left out"),
+            std::string::npos)
+      << schedule.error().message;
+  Plan both = with_left_out;
+  both.left_out = {2, 3};
+  schedule = BuildLayerSchedule(both, Fp32Sizes(kHeadDim));
+  ASSERT_FALSE(schedule);
+  EXPECT_NE(schedule.error().message.find("rank 2 is left out and in a group"), std::string::npos)
       << schedule.error().message;
 }
 

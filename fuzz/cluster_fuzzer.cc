@@ -15,25 +15,6 @@ namespace {
 
 constexpr const char* kSource = "fuzz-cluster.yaml";
 
-bool InRange(double value, double min, double max) {
-  return std::isfinite(value) && value >= min && value <= max;
-}
-
-void CheckDevice(const DeviceSpec& device) {
-  Require(InRange(device.memory_bytes, kMinMemoryBytes, kMaxMemoryBytes), "device memory in range",
-          device.name + ": " + std::to_string(device.memory_bytes));
-  Require(InRange(device.peak_flops, kMinPeakTflops * 1e12, kMaxPeakTflops * 1e12),
-          "device peak in range", device.name + ": " + std::to_string(device.peak_flops));
-  Require(InRange(device.hbm_bytes_per_second, kMinBandwidthBytesPerSecond,
-                  kMaxBandwidthBytesPerSecond),
-          "HBM bandwidth in range",
-          device.name + ": " + std::to_string(device.hbm_bytes_per_second));
-  Require(device.gemm_efficiency > 0 && device.gemm_efficiency <= 1, "GEMM efficiency in (0, 1]",
-          device.name);
-  Require(device.attention_efficiency > 0 && device.attention_efficiency <= 1,
-          "attention efficiency in (0, 1]", device.name);
-}
-
 void CheckKind(const NodeKind& kind) {
   CheckDevice(kind.device);
   Require(kind.count >= 1 && kind.gpus_per_node >= 1, "node kind counts positive");

@@ -4,11 +4,14 @@
 // libFuzzer reports as a crash and saves the input that caused it.
 #pragma once
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "spec/device.h"
 #include "spec/error.h"
+#include "spec/limits.h"
 
 namespace hexiseq::fuzz {
 
@@ -38,6 +41,31 @@ inline void CheckError(const Error& error, const std::string& source_name, size_
   if (!source_name.empty())
     Require(error.message.find(source_name) != std::string::npos,
             "an error names the file (" + source_name + ")", error.message);
+}
+
+// A finite value in [min, max].
+inline bool InRange(double value, double min, double max) {
+  return std::isfinite(value) && value >= min && value <= max;
+}
+
+// A device row inside the plausibility ranges of spec/limits.h.
+inline void CheckDevice(const DeviceSpec& device) {
+  Require(!device.name.empty(), "a device has a name");
+  Require(InRange(device.memory_bytes, kMinMemoryBytes, kMaxMemoryBytes), "device memory in range",
+          device.name + ": " + std::to_string(device.memory_bytes));
+  Require(InRange(device.peak_flops, kMinPeakTflops * 1e12, kMaxPeakTflops * 1e12),
+          "device peak in range", device.name + ": " + std::to_string(device.peak_flops));
+  Require(InRange(device.hbm_bytes_per_second, kMinBandwidthBytesPerSecond,
+                  kMaxBandwidthBytesPerSecond),
+          "HBM bandwidth in range",
+          device.name + ": " + std::to_string(device.hbm_bytes_per_second));
+  for (double bandwidth : {device.intra_node_bytes_per_second, device.nic_bytes_per_second})
+    Require(InRange(bandwidth, kMinBandwidthBytesPerSecond, kMaxBandwidthBytesPerSecond),
+            "device link bandwidth in range", device.name + ": " + std::to_string(bandwidth));
+  Require(device.gemm_efficiency > 0 && device.gemm_efficiency <= 1, "GEMM efficiency in (0, 1]",
+          device.name);
+  Require(device.attention_efficiency > 0 && device.attention_efficiency <= 1,
+          "attention efficiency in (0, 1]", device.name);
 }
 
 }  // namespace hexiseq::fuzz

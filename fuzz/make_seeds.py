@@ -3,7 +3,7 @@
 
   make_seeds.py REPO_ROOT OUT_DIR [HEXISEQ_BINARY]
 
-OUT_DIR/<fuzzer>/ gets, for the cluster and model fuzzers, the example files and the YAML/JSON
+OUT_DIR/<fuzzer>/ gets, for the cluster, device table and model fuzzers, the example files and the YAML/JSON
 string literals of the reader tests; for the plan and validate fuzzers, the test plans, the JSON
 literals of the plan tests, and (when a built hexiseq binary is given) plans made by every
 strategy for the small example clusters. Files are named by content hash, so reruns add nothing
@@ -99,6 +99,8 @@ def main():
         add(out / "cluster", example.read_bytes())
     add_test_literals(out / "cluster", sorted((root / "tests/spec").glob("cluster*_test.cc")) +
                       sorted((root / "tests/spec").glob("device*_test.cc")), json_only=False)
+    add_test_literals(out / "device_table", sorted((root / "tests/spec").glob("device*_test.cc")),
+                      json_only=False)
     for example in (root / "examples/models").glob("*.yaml"):
         add(out / "model", example.read_bytes())
     add_test_literals(out / "model", sorted((root / "tests/spec").glob("model*_test.cc")),
@@ -110,7 +112,7 @@ def main():
                           json_only=True)
     if binary:
         add_generated_plans([out / "plan", out / "validate"], root, binary)
-    for target in ("cluster", "model", "plan", "validate"):
+    for target in ("cluster", "device_table", "model", "plan", "validate"):
         count = len(list((out / target).glob("*")))
         print(f"make_seeds: {count} seeds for {target}", file=sys.stderr)
 

@@ -167,6 +167,14 @@ Result<ModelSpec> ParseModelRoot(const YAML::Node& root, const std::string& file
                            ", heads = " + std::to_string(spec.heads) +
                            ": hidden is not divisible by heads and head_dim is not given "
                            "(rule: head_dim defaults to hidden / heads; hint: set head_dim)");
+  } else if (spec.hidden / spec.heads > kMaxHeadDim) {
+    return InvalidArgument(file + ": hidden = " + std::to_string(spec.hidden) +
+                           ", heads = " + std::to_string(spec.heads) + ": head_dim = hidden / " +
+                           "heads = " + std::to_string(spec.hidden / spec.heads) + " is above " +
+                           std::to_string(kMaxHeadDim) +
+                           " (rule: head_dim defaults to hidden / heads and is at most " +
+                           std::to_string(kMaxHeadDim) +
+                           ", docs/limits.md; hint: check hidden and heads, or set head_dim)");
   } else {
     spec.head_dim = spec.hidden / spec.heads;
   }

@@ -61,7 +61,8 @@ NamedTensor TensorOf(const std::string& name, DType dtype, std::vector<int64_t> 
   static_assert(std::endian::native == std::endian::little, "test data is built little-endian");
   NamedTensor tensor{name, dtype, std::move(shape), {}};
   tensor.data.resize(values.size() * sizeof(T));
-  std::memcpy(tensor.data.data(), values.data(), tensor.data.size());
+  if (!values.empty())  // memcpy from an empty vector's null data() is undefined (UBSan)
+    std::memcpy(tensor.data.data(), values.data(), tensor.data.size());
   return tensor;
 }
 

@@ -129,6 +129,18 @@ std::vector<int> Iota(int n) {
 
 }  // namespace
 
+TrainingOption OptionOf(const StrategyResult& result) {
+  TrainingOption option;
+  option.name = result.config;
+  option.replicas = NumReplicas(result.plan);
+  option.left_out = static_cast<int>(result.plan.left_out.size());
+  option.zero_stage = result.plan.zero_stage;
+  option.recompute = result.plan.recompute;
+  option.iteration_seconds = result.cost.iteration_seconds;
+  option.feasible = result.feasible();
+  return option;
+}
+
 bool Better(const StrategyResult& a, const StrategyResult& b) {
   if (a.feasible() != b.feasible()) return a.feasible();
   if (!a.applicable) return false;

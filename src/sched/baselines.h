@@ -47,6 +47,9 @@ struct StrategyResult {
   bool feasible() const { return applicable && cost.feasible; }
 };
 
+// The training configuration of a scored result (name = its config).
+TrainingOption OptionOf(const StrategyResult& result);
+
 // Better = feasible before infeasible, then lower iteration time, then lower memory fraction.
 bool Better(const StrategyResult& a, const StrategyResult& b);
 

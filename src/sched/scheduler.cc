@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "sched/plan_state.h"
+#include "sched/replica_search.h"
 #include "sched/scheduler_internal.h"
 #include "sched/topology.h"
 
@@ -855,7 +856,9 @@ Result<StrategyResult> Schedule(const CostModel& model, const ScheduleOptions& o
   if (options.time_limit_seconds < 0)
     return InvalidArgument("--time-limit = " + std::to_string(options.time_limit_seconds) +
                            ": must be >= 0 (0 means no limit)");
+  const Clock clock(options.time_limit_seconds);
   SearchOutcome out = RunScheduler(model, options, false);
+  out.best = ChooseWithReplicas(out.best, SearchReplicas(model, options, clock));
   if (!out.best.cost.feasible) {
     if (!options.explain_infeasible)
       return Infeasible("infeasible: " + out.best.cost.infeasible_reason);

@@ -11,7 +11,7 @@
 namespace hexiseq::sched_internal {
 namespace {
 
-constexpr size_t kRefinedCandidates = 3;  // screened candidates re-planned in full
+constexpr size_t kRefinedCandidates = 1;  // screened candidates re-planned in full
 constexpr size_t kRunnersUp = 3;          // kept for the table of options
 constexpr double kMinSequenceSeconds = 1e-12;
 
@@ -44,7 +44,7 @@ class ReplicaPlanner {
   ReplicaTiming Time(const SubCluster& sub, int shard_ranks) const {
     const CostModel one = ReplicaCostModel(world_, sub, 1, shard_ranks);
     ReplicaTiming timing;
-    timing.result = RunScheduler(one, options_, quick_).best;
+    timing.result = RunScheduler(one, options_, quick_, false).best;
     timing.first_sequence_seconds = timing.result.cost.iteration_seconds;
     hexiseq::Plan two_sequences = timing.result.plan;
     two_sequences.batch = 2;

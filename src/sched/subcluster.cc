@@ -93,28 +93,22 @@ CostModel ReplicaCostModel(const CostModel& world, const SubCluster& sub, int se
 Plan AssembleReplicas(const CostModel& world, const std::vector<ReplicaPart>& parts,
                       const std::string& strategy) {
   const Cluster& cluster = world.cluster();
-  Plan plan = EmptyPlan(world, strategy);
-  plan.batch = 0;
-  std::vector<bool> placed(cluster.num_ranks(), false);
-  for (size_t replica = 0; replica < parts.size(); ++replica) {
-    const ReplicaPart& part = parts[replica];
-    for (PlanGroup group : part.plan.groups) {
-      for (int& rank : group.ranks) rank = part.sub->world_ranks[rank];
-      for (PlanMember& member : group.members) {
-        member.rank = part.sub->world_ranks[member.rank];
-        member.device = cluster.device(member.rank).name;
-        member.node = cluster.ranks[member.rank].node;
-        placed[member.rank] = true;
-      }
-      group.replica = static_cast<int>(replica);
-      plan.groups.push_back(std::move(group));
-    }
-    plan.batch += part.sequences;
-    plan.replica_sequences.push_back(part.sequences);
+  std::vector<Plan> replicas;
+  for (const ReplicaPart& part : parts) {
+    replicas.push_back(EmbedPlan(part.plan, part.sub->world_ranks, cluster.num_ranks()));
+    replicas.back().batch = part.sequences;
   }
+  Plan plan = MergeReplicas(replicas);
+  const Plan shell = EmptyPlan(world, strategy);  // the world's provenance
+  plan.strategy = shell.strategy;
+  plan.planner = shell.planner;
+  plan.input_hash = shell.input_hash;
+  for (PlanGroup& group : plan.groups)
+    for (PlanMember& member : group.members) {
+      member.device = cluster.device(member.rank).name;
+      member.node = cluster.ranks[member.rank].node;
+    }
   if (parts.size() == 1) plan.replica_sequences.clear();  // one replica: the plan/1 shape
-  for (int rank = 0; rank < cluster.num_ranks(); ++rank)
-    if (!placed[rank]) plan.left_out.push_back(rank);
   return plan;
 }
 

@@ -38,9 +38,10 @@ struct ReplicaPart {
   int sequences = 1;
 };
 
-// The world plan: the parts' groups (ranks mapped to world ranks, device and node fields of the
-// world cluster), replica by replica, with their sequences; every world rank in no group is left
-// out. Strategy and config are the caller's; no prediction. REQUIRES: the parts' ranks disjoint.
+// The world plan (EmbedPlan and MergeReplicas): the parts' groups (ranks mapped to world ranks,
+// device and node fields of the world cluster), replica by replica, with their sequences; every
+// world rank in no group is left out. Strategy and config are the caller's; no prediction.
+// REQUIRES: the parts' ranks disjoint.
 Plan AssembleReplicas(const CostModel& world, const std::vector<ReplicaPart>& parts,
                       const std::string& strategy);
 

@@ -175,8 +175,12 @@ std::vector<ReplicaPartition> ReplicaCandidates(const Cluster& cluster, int batc
   CandidateList list(cluster, batch);
   for (const ParticipantSet& set : ParticipantSets(cluster)) {
     const std::string prefix = set.name.empty() ? "" : set.name + ", ";
+    size_t previous_units = 0;
     for (int parts : kNodePartOptions) {
+      // Nodes are cut finer only while there are fewer units than sequences.
+      if (parts > 1 && static_cast<int>(previous_units) >= batch) break;
       const std::vector<Unit> units = Units(cluster, set.nodes, parts);
+      previous_units = units.size();
       if (!set.name.empty() && parts == 1) {
         std::vector<const Unit*> all;
         for (const Unit& unit : units) all.push_back(&unit);

@@ -11,9 +11,10 @@
 namespace hexiseq::sched_internal {
 namespace {
 
-constexpr size_t kRefinedCandidates = 1;  // screened candidates re-planned in full
+constexpr size_t kRefinedCandidates = 2;  // screened candidates re-planned by the scheduler
 constexpr size_t kRunnersUp = 3;          // kept for the table of options
 constexpr double kMinSequenceSeconds = 1e-12;
+constexpr int64_t kReplicaTrials = 500;  // descent moves per refined replica plan
 
 // One replica's plan and its time for one sequence and for each further one.
 struct ReplicaTiming {
@@ -22,16 +23,26 @@ struct ReplicaTiming {
   double per_sequence_seconds = 0;
 };
 
-// Plans replicas on their sub-clusters; identical make-ups (same sub-cluster, same sharding) are
+// The screen's plan of one replica: the better of the proportional plan and the best USP
+// factorisation (each one or a few evaluations).
+StrategyResult ScreenPlan(const CostModel& replica) {
+  StrategyResult proportional = ProportionalPlan(replica);
+  StrategyResult usp = UspOneReplica(replica);
+  return Better(usp, proportional) ? usp : proportional;
+}
+
+// Plans replicas on their sub-clusters (screen: ScreenPlan; else the one-replica scheduler
+// without its rank-level search); identical make-ups (same sub-cluster, same sharding) are
 // planned once.
 class ReplicaPlanner {
  public:
-  ReplicaPlanner(const CostModel& world, const ScheduleOptions& options, bool quick)
-      : world_(world), options_(options), quick_(quick) {
+  ReplicaPlanner(const CostModel& world, const ScheduleOptions& options, bool screen)
+      : world_(world), options_(options), screen_(screen) {
     options_.progress = nullptr;
     options_.candidates = nullptr;
     options_.explain_infeasible = false;
     options_.threads = 1;
+    options_.max_trials = kReplicaTrials;
   }
   const ReplicaTiming& Plan(const SubCluster& sub, int shard_ranks) {
     for (const Entry& entry : cache_)
@@ -44,7 +55,7 @@ class ReplicaPlanner {
   ReplicaTiming Time(const SubCluster& sub, int shard_ranks) const {
     const CostModel one = ReplicaCostModel(world_, sub, 1, shard_ranks);
     ReplicaTiming timing;
-    timing.result = RunScheduler(one, options_, quick_, false).best;
+    timing.result = screen_ ? ScreenPlan(one) : RunScheduler(one, options_, false, false).best;
     timing.first_sequence_seconds = timing.result.cost.iteration_seconds;
     hexiseq::Plan two_sequences = timing.result.plan;
     two_sequences.batch = 2;
@@ -61,7 +72,7 @@ class ReplicaPlanner {
   };
   const CostModel& world_;
   ScheduleOptions options_;
-  bool quick_;
+  bool screen_;
   std::deque<Entry> cache_;  // stable references
 };
 
@@ -135,8 +146,8 @@ ReplicaOutcome SearchReplicas(const CostModel& model, const ScheduleOptions& opt
       ReplicaCandidates(model.cluster(), model.workload().batch);
   std::vector<size_t> all(candidates.size());
   for (size_t index = 0; index < all.size(); ++index) all[index] = index;
-  ReplicaPlanner quick(model, options, true);
-  std::vector<Scored> screened = ScoreAll(model, candidates, all, quick, clock);
+  ReplicaPlanner screen(model, options, true);
+  std::vector<Scored> screened = ScoreAll(model, candidates, all, screen, clock);
   std::vector<size_t> best_few;
   for (size_t rank = 0; rank < std::min(kRefinedCandidates, screened.size()); ++rank)
     best_few.push_back(screened[rank].candidate);

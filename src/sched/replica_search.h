@@ -8,7 +8,9 @@
 // participant (replicas of the same make-up are planned once); the batch goes one sequence at a
 // time to the replica that would finish first (exact for the min-max of the replicas' linear
 // times, every replica at least one); the whole plan is then scored by CostModel::Evaluate.
-// Candidates are screened with the quick one-replica search and the best few re-planned in full.
+// Candidates are screened with cheap replica plans (the proportional plan or the best USP
+// factorisation) and the best few re-planned by the one-replica scheduler (without its
+// rank-level search). Nodes are cut into parts only while there are fewer units than sequences.
 #pragma once
 
 #include <string>

@@ -66,6 +66,7 @@ int Speed(std::vector<int> sizes) {
     const CostModel model(sched_test::MixedCluster(gpus), sched_test::Model("llama3-8b"), workload);
     Result<StrategyResult> fixed, chosen;
     const double fixed_seconds = Seconds([&] { fixed = Schedule(model); });
+    std::fprintf(stderr, "%d GPUs: fixed settings planned in %.3f s\n", gpus, fixed_seconds);
     ScheduleOptions automatic;
     automatic.zero_auto = automatic.recompute_auto = true;
     const double auto_seconds = Seconds([&] { chosen = RunStrategy(model, "hexiseq", automatic); });

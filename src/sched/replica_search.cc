@@ -163,16 +163,27 @@ ReplicaOutcome SearchReplicas(const CostModel& model, const ScheduleOptions& opt
   for (size_t rank = 1; rank < refined.size() && outcome.runner_up.size() < kRunnersUp; ++rank)
     if (refined[rank].candidate != refined.front().candidate)
       outcome.runner_up.push_back(refined[rank].result);
+  for (const Scored& scored : refined)
+    if (scored.result.plan.left_out.empty() && scored.result.feasible()) {
+      outcome.best_all_ranks = scored.result;
+      break;
+    }
   return outcome;
 }
 
-StrategyResult ChooseWithReplicas(const StrategyResult& one_replica,
+StrategyResult ChooseWithReplicas(const SearchOutcome& one_replica,
                                   const ReplicaOutcome& replicas) {
-  std::vector<StrategyResult> results = {one_replica};
+  std::vector<StrategyResult> results = {one_replica.best};
   if (replicas.found) {
     results.push_back(replicas.best);
     results.insert(results.end(), replicas.runner_up.begin(), replicas.runner_up.end());
   }
+  const auto leaves_none = [](const StrategyResult& result) {
+    return result.plan.left_out.empty();
+  };
+  for (const auto& all_ranks : {one_replica.best_all_ranks, replicas.best_all_ranks})
+    if (all_ranks && std::none_of(results.begin(), results.end(), leaves_none))
+      results.push_back(*all_ranks);
   std::stable_sort(results.begin(), results.end(), Better);
   StrategyResult best = results.front();
   best.strategy = best.plan.strategy = "hexiseq";

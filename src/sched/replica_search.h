@@ -13,6 +13,7 @@
 // rank-level search). Nodes are cut into parts only while there are fewer units than sequences.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,9 @@ struct ReplicaOutcome {
   bool found = false;
   StrategyResult best;                    // the best candidate with replicas or left-out ranks
   std::vector<StrategyResult> runner_up;  // the next best few, best first
+  // The best candidate that leaves no rank out (what leaving ranks out gained is measured
+  // against it); absent when no such candidate fits.
+  std::optional<StrategyResult> best_all_ranks;
 };
 // The replica search proper (the one-replica plan is not among its candidates).
 ReplicaOutcome SearchReplicas(const CostModel& model, const ScheduleOptions& options,
@@ -47,8 +51,8 @@ ReplicaOutcome SearchReplicas(const CostModel& model, const ScheduleOptions& opt
 
 // The better of the one-replica plan and the replica search's, strategy "hexiseq", with
 // options_considered filled: the chosen plan first, then the others by Better (the one-replica
-// plan, which leaves no rank out unless a baseline's subset won, among them).
-StrategyResult ChooseWithReplicas(const StrategyResult& one_replica,
-                                  const ReplicaOutcome& replicas);
+// plan, which leaves no rank out unless a baseline's subset won, among them), and the best plan
+// that leaves no rank out when none of those does.
+StrategyResult ChooseWithReplicas(const SearchOutcome& one_replica, const ReplicaOutcome& replicas);
 
 }  // namespace hexiseq::sched_internal

@@ -809,8 +809,12 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
       have = true;
     }
   }
+  if (have && out.best.feasible()) out.best_all_ranks = out.best;
   for (const StrategyResult& b : baselines) {
     if (!b.applicable) continue;
+    if (b.feasible() && b.plan.left_out.empty() &&
+        (!out.best_all_ranks || Better(b, *out.best_all_ranks)))
+      out.best_all_ranks = b;
     if (!have || Better(b, out.best)) {
       out.best = b;
       out.best.config = "baseline " + b.strategy + (b.config.empty() ? "" : " (" + b.config + ")");
@@ -859,7 +863,7 @@ Result<StrategyResult> Schedule(const CostModel& model, const ScheduleOptions& o
                            ": must be >= 0 (0 means no limit)");
   const Clock clock(options.time_limit_seconds);
   SearchOutcome out = RunScheduler(model, options, false);
-  out.best = ChooseWithReplicas(out.best, SearchReplicas(model, options, clock));
+  out.best = ChooseWithReplicas(out, SearchReplicas(model, options, clock));
   if (!out.best.cost.feasible) {
     if (!options.explain_infeasible)
       return Infeasible("infeasible: " + out.best.cost.infeasible_reason);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,8 @@ Layout ClassSearch(const CostModel& model, Layout layout, int max_evaluations, c
 
 struct SearchOutcome {
   StrategyResult best;  // feasible or not: the best by Better()
+  // The best feasible plan that leaves no rank out (a refined candidate or a baseline).
+  std::optional<StrategyResult> best_all_ranks;
 };
 // The scheduler proper. `quick`: one structure pass, one candidate, no descent (used by
 // ExplainInfeasible's re-plans). `rank_search`: the rank-level structure search and the wider

@@ -184,6 +184,33 @@ TEST(TrainingSearch, AutoNeverWorseThanAnyFixedChoice) {
   }
 }
 
+// 8 H100 + 8 A100 behind a 1 GB/s NIC: the A100s are left out; the options name the best plan
+// over every rank (what leaving out gained) and a runner-up training configuration.
+TEST(TrainingSearch, OptionsNameTheAllRanksPlanAndTheRunnerUp) {
+  const Cluster cluster = MakeCluster(
+      {sched_test::Device("H100-SXM"), sched_test::Device("A100-SXM-80G")}, {1, 1}, 8, 1e9);
+  Workload workload;
+  workload.seq_len = 131072;
+  const CostModel model(cluster, sched_test::Model("llama3-8b"), workload);
+  ScheduleOptions automatic;
+  automatic.zero_auto = true;
+  auto chosen = RunStrategy(model, "hexiseq", automatic);
+  ASSERT_TRUE(chosen) << chosen.error().message;
+  EXPECT_EQ(chosen->plan.left_out.size(), 8u);
+  const std::vector<TrainingOption>& options = chosen->options_considered;
+  ASSERT_FALSE(options.empty());
+  EXPECT_EQ(options.front().iteration_seconds, chosen->cost.iteration_seconds);
+  EXPECT_EQ(options.front().zero_stage, chosen->plan.zero_stage);
+  bool all_ranks = false, other_stage = false;
+  for (const TrainingOption& option : options) {
+    all_ranks |= option.left_out == 0 && option.feasible;
+    other_stage |= option.zero_stage != chosen->plan.zero_stage;
+    EXPECT_GE(option.iteration_seconds, chosen->cost.iteration_seconds * (1 - 1e-12));
+  }
+  EXPECT_TRUE(all_ranks);
+  EXPECT_TRUE(other_stage);
+}
+
 TEST(TrainingSearch, HintUnderAutoNeverSuggestsASettingTheSearchChose) {
   Cluster cluster = MakeCluster(
       {sched_test::Device("H100-SXM"), sched_test::Device("A100-40G"), sched_test::Device("L40S")},

@@ -61,18 +61,32 @@ int64_t SeqArg(const py::object& seq) {
 
 struct WorkloadArgs {
   int batch = 1;
-  std::string recompute = "full";
-  int zero = 3;
+  std::string recompute = "full";  // or "auto" (planning only: the planner chooses)
+  int zero = 3;                    // kZeroAuto: the planner chooses
   double memory_reserve = kDefaultMemoryReserve;
 };
+
+constexpr int kZeroAuto = -1;
+
+// zero= "auto" or a stage 0..3 (the range is checked with the workload).
+int ZeroArg(const py::object& zero) {
+  if (py::isinstance<py::str>(zero)) {
+    if (zero.cast<std::string>() == "auto") return kZeroAuto;
+    RaiseError(Error{ErrorCode::kInvalidArgument, "zero = \"" + zero.cast<std::string>() +
+                                                      "\": must be \"auto\" or a ZeRO stage 0..3"});
+  }
+  return zero.cast<int>();
+}
 
 std::unique_ptr<CostModel> MakeCostModel(const py::object& cluster, const py::object& model,
                                          int64_t seq_len, const WorkloadArgs& args) {
   Workload workload;
   workload.seq_len = seq_len;
   workload.batch = args.batch;
-  workload.recompute = Unwrap(ParseRecompute(args.recompute));
-  workload.zero_stage = args.zero;
+  // "auto" plans start from the settings that need the least memory; the planner chooses.
+  workload.recompute =
+      Unwrap(ParseRecompute(args.recompute == "auto" ? std::string("full") : args.recompute));
+  workload.zero_stage = args.zero == kZeroAuto ? 3 : args.zero;
   workload.memory_reserve = args.memory_reserve;
   Unwrap(ValidateWorkload(workload));
   return std::make_unique<CostModel>(ClusterArg(cluster), ModelArg(model), workload);
@@ -87,10 +101,12 @@ std::unique_ptr<CostModel> PlanCostModel(const Plan& plan, const py::object& clu
   return cost;
 }
 
-ScheduleOptions MakeOptions(double time_limit, int threads) {
+ScheduleOptions MakeOptions(double time_limit, int threads, const WorkloadArgs& args) {
   ScheduleOptions options;
   options.time_limit_seconds = time_limit;
   options.threads = threads;
+  options.zero_auto = args.zero == kZeroAuto;
+  options.recompute_auto = args.recompute == "auto";
   return options;
 }
 
@@ -98,8 +114,8 @@ Plan PlanFor(const py::object& cluster, const py::object& model, const py::objec
              const std::string& strategy, const WorkloadArgs& args, double time_limit,
              int threads) {
   auto cost = MakeCostModel(cluster, model, SeqArg(seq), args);
-  auto result =
-      WithoutGil([&] { return PlanStrategy(*cost, strategy, MakeOptions(time_limit, threads)); });
+  auto result = WithoutGil(
+      [&] { return PlanStrategy(*cost, strategy, MakeOptions(time_limit, threads, args)); });
   return Unwrap(std::move(result)).plan;
 }
 
@@ -107,7 +123,7 @@ py::object Compare(const py::object& cluster, const py::object& model, const py:
                    const WorkloadArgs& args, double time_limit, int threads) {
   auto cost = MakeCostModel(cluster, model, SeqArg(seq), args);
   auto comparison =
-      WithoutGil([&] { return CompareStrategies(*cost, MakeOptions(time_limit, threads)); });
+      WithoutGil([&] { return CompareStrategies(*cost, MakeOptions(time_limit, threads, args)); });
   if (!comparison) RaiseError(comparison.error());
   return JsonToPython(ComparisonToJson(*comparison))["strategies"];
 }
@@ -273,25 +289,27 @@ void BindPlanning(py::module_& m) {
   m.def(
       "plan",
       [](const py::object& cluster, const py::object& model, const py::object& seq,
-         const std::string& strategy, int batch, const std::string& recompute, int zero,
-         double memory_reserve, double time_limit, int threads) {
+         const std::string& strategy, int batch, const std::string& recompute,
+         const py::object& zero, double memory_reserve, double time_limit, int threads) {
         return PlanFor(cluster, model, seq, strategy,
-                       WorkloadArgs{batch, recompute, zero, memory_reserve}, time_limit, threads);
+                       WorkloadArgs{batch, recompute, ZeroArg(zero), memory_reserve}, time_limit,
+                       threads);
       },
       py::arg("cluster"), py::arg("model"), py::arg("seq"), py::arg("strategy") = "hexiseq",
-      py::arg("batch") = 1, py::arg("recompute") = "full", py::arg("zero") = 3,
+      py::arg("batch") = 1, py::arg("recompute") = "auto", py::arg("zero") = "auto",
       py::arg("memory_reserve") = kDefaultMemoryReserve, py::arg("time_limit") = 0.0,
       py::arg("threads") = 1);
   m.def(
       "compare",
       [](const py::object& cluster, const py::object& model, const py::object& seq, int batch,
-         const std::string& recompute, int zero, double memory_reserve, double time_limit,
-         int threads) {
-        return Compare(cluster, model, seq, WorkloadArgs{batch, recompute, zero, memory_reserve},
-                       time_limit, threads);
+         const std::string& recompute, const py::object& zero, double memory_reserve,
+         double time_limit, int threads) {
+        return Compare(cluster, model, seq,
+                       WorkloadArgs{batch, recompute, ZeroArg(zero), memory_reserve}, time_limit,
+                       threads);
       },
       py::arg("cluster"), py::arg("model"), py::arg("seq"), py::arg("batch") = 1,
-      py::arg("recompute") = "full", py::arg("zero") = 3,
+      py::arg("recompute") = "auto", py::arg("zero") = "auto",
       py::arg("memory_reserve") = kDefaultMemoryReserve, py::arg("time_limit") = 0.0,
       py::arg("threads") = 1);
   m.def("simulate", &SimulatePlan, py::arg("plan"), py::arg("cluster"), py::arg("model"),

@@ -18,9 +18,13 @@ void AddInputFlags(CLI::App* cmd, InputFlags& flags, bool workload) {
   cmd->add_option("--seq", flags.seq, "Sequence length, e.g. 256K, 1M, 131072")->required();
   cmd->add_option("--batch", flags.batch, "Sequences per iteration")
       ->check(CLI::Range(int64_t{1}, kMaxBatch));
-  cmd->add_option("--recompute", flags.recompute, "Activation recompute: full|selective|none")
-      ->check(CLI::IsMember({"full", "selective", "none"}));
-  cmd->add_option("--zero", flags.zero, "ZeRO stage 0..3")->check(CLI::Range(0, 3));
+  cmd->add_option("--recompute", flags.recompute,
+                  "Activation recompute: auto (the planner picks the fastest that fits; default) | "
+                  "full | selective | none")
+      ->check(CLI::IsMember({"auto", "full", "selective", "none"}));
+  cmd->add_option("--zero", flags.zero,
+                  "ZeRO stage: auto (the planner picks the fastest that fits; default) | 0..3")
+      ->check(CLI::IsMember({"auto", "0", "1", "2", "3"}));
   cmd->add_option("--memory-reserve", flags.memory_reserve,
                   "Fraction of each device's memory kept free")
       ->check(FiniteRange(0.0, 0.95));
@@ -41,6 +45,11 @@ CLI::Validator FiniteRange(double min, double max) {
 }
 
 CLI::Validator TimeLimitRange() { return FiniteRange(0.0, kMaxTimeLimitSeconds); }
+
+void ApplyTrainingChoice(const InputFlags& flags, ScheduleOptions& options) {
+  options.zero_auto = flags.zero == "auto";
+  options.recompute_auto = flags.recompute == "auto";
+}
 
 Result<std::unique_ptr<CostModel>> LoadInputs(const InputFlags& flags, const Plan* plan) {
   DeviceCatalog catalog;
@@ -64,10 +73,10 @@ Result<std::unique_ptr<CostModel>> LoadInputs(const InputFlags& flags, const Pla
     if (!seq) return std::unexpected(seq.error());
     w.seq_len = *seq;
     w.batch = flags.batch;
-    auto rec = ParseRecompute(flags.recompute);
+    auto rec = ParseRecompute(flags.recompute == "auto" ? "full" : flags.recompute);
     if (!rec) return std::unexpected(rec.error());
     w.recompute = *rec;
-    w.zero_stage = flags.zero;
+    w.zero_stage = flags.zero == "auto" ? 3 : std::stoi(flags.zero);
     w.memory_reserve = flags.memory_reserve;
   }
   if (auto r = ValidateWorkload(w); !r) return std::unexpected(r.error());

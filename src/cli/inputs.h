@@ -9,6 +9,7 @@
 
 #include "cost/cost_model.h"
 #include "plan/plan.h"
+#include "sched/scheduler.h"
 #include "spec/error.h"
 
 namespace hexiseq::cli {
@@ -16,14 +17,18 @@ namespace hexiseq::cli {
 struct InputFlags {
   std::string cluster, model, seq, device_table;
   int batch = 1;
-  std::string recompute = "full";
-  int zero = 3;
+  std::string recompute = "auto";  // auto | full | selective | none
+  std::string zero = "auto";       // auto | 0..3
   double memory_reserve = 0.1;
 };
 
 // Adds --cluster, --model, --device-table; with `workload` also --seq (required), --batch,
 // --recompute, --zero, --memory-reserve.
 void AddInputFlags(CLI::App* cmd, InputFlags& flags, bool workload);
+
+// The planner chooses the settings given as auto; the workload then holds the auto settings that
+// need the least memory (ZeRO-3, full recompute) until it does.
+void ApplyTrainingChoice(const InputFlags& flags, ScheduleOptions& options);
 
 // Loads catalog, cluster, model and workload. Workload fields come from the flags, or from
 // `plan` when given (explain/validate/simulate score a plan with its own workload).

@@ -58,6 +58,7 @@ ScheduleOptions MakeScheduleOptions(const PlanFlags& flags, ProgressBar& bar,
   options.threads = flags.threads;
   options.progress = [&bar](double fraction) { bar.Update(fraction); };
   options.candidates = candidates;
+  ApplyTrainingChoice(flags.in, options);
   return options;
 }
 

@@ -5,6 +5,8 @@
 #include <map>
 #include <numeric>
 
+#include "sched/data_parallel.h"
+
 namespace hexiseq {
 namespace {
 
@@ -126,6 +128,18 @@ std::vector<int> Iota(int n) {
 }
 
 }  // namespace
+
+TrainingOption OptionOf(const StrategyResult& result) {
+  TrainingOption option;
+  option.name = result.config;
+  option.replicas = NumReplicas(result.plan);
+  option.left_out = static_cast<int>(result.plan.left_out.size());
+  option.zero_stage = result.plan.zero_stage;
+  option.recompute = result.plan.recompute;
+  option.iteration_seconds = result.cost.iteration_seconds;
+  option.feasible = result.feasible();
+  return option;
+}
 
 bool Better(const StrategyResult& a, const StrategyResult& b) {
   if (a.feasible() != b.feasible()) return a.feasible();
@@ -280,7 +294,7 @@ StrategyResult Score(const CostModel& model, Plan plan, const std::string& confi
   return r;
 }
 
-StrategyResult RingBaseline(const CostModel& model) {
+StrategyResult RingOneReplica(const CostModel& model) {
   const int n = model.cluster().num_ranks();
   // Rank order keeps each node's ranks adjacent, so the ring crosses the slow links least; the
   // alternative interleaves nodes. Keep the better.
@@ -305,7 +319,7 @@ StrategyResult RingBaseline(const CostModel& model) {
   return best;
 }
 
-StrategyResult UlyssesBaseline(const CostModel& model) {
+StrategyResult UlyssesOneReplica(const CostModel& model) {
   const int n = model.cluster().num_ranks();
   const int heads = model.model().heads;
   if (heads % n != 0)
@@ -317,8 +331,20 @@ StrategyResult UlyssesBaseline(const CostModel& model) {
   return Score(model, std::move(plan), config);
 }
 
-StrategyResult UspBaseline(const CostModel& model) {
+StrategyResult UspOneReplica(const CostModel& model) {
   return BestUsp(model, Iota(model.cluster().num_ranks()), {}, "usp");
+}
+
+StrategyResult RingBaseline(const CostModel& model) {
+  return BestDataParallel(model, Iota(model.cluster().num_ranks()), "ring", RingOneReplica);
+}
+
+StrategyResult UlyssesBaseline(const CostModel& model) {
+  return BestDataParallel(model, Iota(model.cluster().num_ranks()), "ulysses", UlyssesOneReplica);
+}
+
+StrategyResult UspBaseline(const CostModel& model) {
+  return BestDataParallel(model, Iota(model.cluster().num_ranks()), "usp", UspOneReplica);
 }
 
 StrategyResult HeteroRingBaseline(const CostModel& model) {
@@ -367,18 +393,20 @@ StrategyResult SubsetBaseline(const CostModel& model) {
   std::sort(types.begin(), types.end());
   if (types.size() < 2)
     return NotApplicable("subset", "one device type: the subset is the whole cluster");
+  const OneReplicaStrategy usp = [](const CostModel& replica) {
+    return BestUsp(replica, Iota(replica.cluster().num_ranks()), {}, "subset");
+  };
   StrategyResult best;
   bool have = false;
   for (size_t keep = 1; keep < types.size(); ++keep) {
-    std::vector<int> active, idle;
-    for (int r = 0; r < c.num_ranks(); ++r) {
-      bool fast = false;
-      for (size_t t = 0; t < keep; ++t) fast |= c.device(r).name == types[t].second;
-      (fast ? active : idle).push_back(r);
-    }
+    std::vector<int> active;  // the kept types; the rest are left out
+    for (int r = 0; r < c.num_ranks(); ++r)
+      for (size_t t = 0; t < keep; ++t)
+        if (c.device(r).name == types[t].second) active.push_back(r);
+    std::sort(active.begin(), active.end());
     std::string types_text;
     for (size_t t = 0; t < keep; ++t) types_text += (t ? "+" : "") + types[t].second;
-    StrategyResult r = BestUsp(model, active, idle, "subset");
+    StrategyResult r = BestDataParallel(model, active, "subset", usp);
     if (!r.applicable) continue;
     r.config = types_text + " " + r.config;
     r.plan.config = r.config;

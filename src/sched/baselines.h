@@ -6,9 +6,12 @@
 //   ulysses     one group of all ranks, uniform heads (not applicable when heads don't divide)
 //   usp         every CP x HP = N factorisation, HP inside nodes or CP inside nodes; the best
 //   hetero-ring one rank per group, all heads, zigzag shards sized to attention speed,
-//   memory-capped subset      the best of ring/ulysses/usp on the fastest device types only; others
-//   idle hexiseq (proportional) groups = nodes, sequence by compute, tokens by GEMM speed, heads by
-//               attention speed (the first HexiSeq strategy; the scheduler refines it)
+//               memory-capped; one replica
+//   subset      the best of ring/ulysses/usp on the fastest device types only; the others left
+//               out (plan.left_out)
+//   hexiseq     (proportional) groups = nodes, sequence by compute, tokens by GEMM speed, heads
+//               by attention speed (the first HexiSeq strategy; the scheduler refines it)
+// ring, ulysses, usp and subset also try every homogeneous data-parallel degree (data_parallel.h).
 #pragma once
 
 #include <string>
@@ -44,9 +47,15 @@ struct StrategyResult {
   bool feasible() const { return applicable && cost.feasible; }
 };
 
+// The training configuration of a scored result (name = its config).
+TrainingOption OptionOf(const StrategyResult& result);
+
 // Better = feasible before infeasible, then lower iteration time, then lower memory fraction.
 bool Better(const StrategyResult& a, const StrategyResult& b);
 
+// ring, ulysses and usp try every homogeneous data-parallel degree (data_parallel.h); subset
+// leaves the slower types out (plan.left_out) and tries every degree on the rest; hetero-ring is
+// one replica.
 StrategyResult RingBaseline(const CostModel& model);
 StrategyResult UlyssesBaseline(const CostModel& model);
 StrategyResult UspBaseline(const CostModel& model);
@@ -57,6 +66,11 @@ StrategyResult ProportionalPlan(const CostModel& model);  // strategy "hexiseq" 
 std::vector<StrategyResult> AllBaselines(const CostModel& model);
 
 // ---- Building blocks (also used by the scheduler).
+
+// The one-replica plans behind ring, ulysses and usp: all of `model`'s cluster as one replica.
+StrategyResult RingOneReplica(const CostModel& model);
+StrategyResult UlyssesOneReplica(const CostModel& model);
+StrategyResult UspOneReplica(const CostModel& model);
 
 // Splits [0, S) among groups with weights w_k (>= 0) as zigzag head + tail chunks: group k gets
 // [a_k, b_k) from the front and a mirrored chunk from the back, sized so that each group's causal

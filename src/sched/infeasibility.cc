@@ -124,4 +124,12 @@ std::string ExplainInfeasible(const CostModel& model) {
   return message;
 }
 
+std::string ExplainInfeasible(const CostModel& model, const ScheduleOptions& options) {
+  if (!options.zero_auto && !options.recompute_auto) return ExplainInfeasible(model);
+  Workload workload = model.workload();
+  if (options.zero_auto) workload.zero_stage = 3;
+  if (options.recompute_auto) workload.recompute = Recompute::kFull;
+  return ExplainInfeasible(CostModel(model.cluster(), model.model(), workload, model.constants()));
+}
+
 }  // namespace hexiseq

@@ -93,6 +93,7 @@ Plan BuildPlan(const CostModel& model, const Layout& layout, const std::string& 
 
 bool LayoutFromPlan(const Plan& plan, Layout& layout) {
   layout.clear();
+  if (NumReplicas(plan) != 1) return false;
   int64_t front = 0, back = plan.seq_len;
   for (const PlanGroup& group : plan.groups) {
     GroupLayout g;
@@ -122,6 +123,13 @@ bool LayoutFromPlan(const Plan& plan, Layout& layout) {
       g.heads.push_back(static_cast<int>(member.heads.size()));
     }
     layout.push_back(std::move(g));
+  }
+  if (!plan.left_out.empty()) {  // left-out ranks become one idle group
+    GroupLayout idle;
+    idle.ranks = plan.left_out;
+    idle.tokens.assign(idle.ranks.size(), 0);
+    idle.heads.assign(idle.ranks.size(), 0);
+    layout.push_back(std::move(idle));
   }
   return front == back;
 }

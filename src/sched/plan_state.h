@@ -32,7 +32,8 @@ Plan BuildPlan(const CostModel& model, const Layout& layout, const std::string& 
                const std::string& config);
 // Recognises a plan that has the layout form (each group's ranges are its front chunk at the
 // running front position and/or its back chunk at the running back position, heads are
-// consecutive blocks in member order). Returns false otherwise.
+// consecutive blocks in member order) and one replica; its left-out ranks become an idle group.
+// Returns false otherwise.
 bool LayoutFromPlan(const Plan& plan, Layout& layout);
 
 // Lexicographic objective: feasible first; then iteration time (feasible) or max memory fraction

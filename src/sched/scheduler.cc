@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "sched/plan_state.h"
+#include "sched/replica_search.h"
 #include "sched/scheduler_internal.h"
 #include "sched/topology.h"
 
@@ -584,7 +585,10 @@ int64_t AutoTrials(int num_ranks, int num_groups) {
 
 namespace sched_internal {
 
-SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& options, bool quick) {
+SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& options, bool quick,
+                           bool rank_search) {
+  const bool small =
+      rank_search && model.cluster().num_ranks() <= kStructureSearchUpTo;  // rank level
   Clock clock(options.time_limit_seconds);
   const Cluster& cluster = model.cluster();
   const int heads = model.model().heads;
@@ -684,7 +688,7 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
   }
   // Rank-level structure search on small clusters, from the best few distinct structures: finds
   // groups that mix device types, ranks left idle one at a time, uneven group sizes.
-  if (!quick && cluster.num_ranks() <= kStructureSearchUpTo) {
+  if (!quick && small) {
     for (int k = 2; k < cluster.num_ranks(); ++k) {
       Structure s = BalancedGroups(cluster, k, heads);
       if (!s.groups.empty()) pool.Add(s, "balanced-mix " + RanksName(s));
@@ -699,10 +703,9 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
 
   // ---- 3. Refinement of the best K.
   // Small clusters refine more distinct structures (refinement is cheap there).
-  const int top_k = std::max(1, quick ? 1
-                                : cluster.num_ranks() <= kStructureSearchUpTo
-                                    ? std::max(options.top_k, kSmallClusterTopK)
-                                    : options.top_k);
+  const int top_k = std::max(1, quick   ? 1
+                                : small ? std::max(options.top_k, kSmallClusterTopK)
+                                        : options.top_k);
   std::vector<const Scored*> top = pool.Top(top_k);
   // Infeasible candidates that are fast may become feasible under the descent (it lowers memory
   // first): refine the fastest few of them too.
@@ -714,8 +717,7 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
                      [](const Scored* a, const Scored* b) { return a->seconds < b->seconds; });
     // One per membership, so different structures get a chance.
     std::vector<std::vector<std::vector<int>>> structures;
-    const size_t seeds =
-        cluster.num_ranks() <= kStructureSearchUpTo ? 2 * kInfeasibleSeeds : kInfeasibleSeeds;
+    const size_t seeds = small ? 2 * kInfeasibleSeeds : kInfeasibleSeeds;
     for (const Scored* s : fast) {
       if (structures.size() >= seeds) break;
       std::vector<std::vector<int>> key = CandidatePool::MembershipKey(s->layout);
@@ -725,7 +727,7 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
     }
     // On small clusters also the memberships closest to fitting (lowest memory maximum): the
     // descent's uneven token and head splits often make them fit at little cost.
-    if (cluster.num_ranks() <= kStructureSearchUpTo) {
+    if (small) {
       std::vector<const Scored*> close;
       for (const Scored& s : pool.items())
         if (!s.score.feasible && s.max_memory_fraction < kCloseToFitting) close.push_back(&s);
@@ -781,7 +783,7 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
   // ---- Memory-bound small clusters: when no refined candidate fits, refine more memberships,
   // closest to fitting first (the descent lowers memory by uneven token and head splits that the
   // group-level scores do not see).
-  if (!quick && cluster.num_ranks() <= kStructureSearchUpTo &&
+  if (!quick && small &&
       std::none_of(refined_score.begin(), refined_score.end(),
                    [](const Objective& o) { return o.feasible; })) {
     for (const Scored* s : pool.Top(kRescueCandidates)) {
@@ -807,8 +809,12 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
       have = true;
     }
   }
+  if (have && out.best.feasible()) out.best_all_ranks = out.best;
   for (const StrategyResult& b : baselines) {
     if (!b.applicable) continue;
+    if (b.feasible() && b.plan.left_out.empty() &&
+        (!out.best_all_ranks || Better(b, *out.best_all_ranks)))
+      out.best_all_ranks = b;
     if (!have || Better(b, out.best)) {
       out.best = b;
       out.best.config = "baseline " + b.strategy + (b.config.empty() ? "" : " (" + b.config + ")");
@@ -855,7 +861,9 @@ Result<StrategyResult> Schedule(const CostModel& model, const ScheduleOptions& o
   if (options.time_limit_seconds < 0)
     return InvalidArgument("--time-limit = " + std::to_string(options.time_limit_seconds) +
                            ": must be >= 0 (0 means no limit)");
+  const Clock clock(options.time_limit_seconds);
   SearchOutcome out = RunScheduler(model, options, false);
+  out.best = ChooseWithReplicas(out, SearchReplicas(model, options, clock));
   if (!out.best.cost.feasible) {
     if (!options.explain_infeasible)
       return Infeasible("infeasible: " + out.best.cost.infeasible_reason);

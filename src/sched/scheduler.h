@@ -42,6 +42,11 @@ struct ScheduleOptions {
   bool explain_infeasible = true;
   // Filled (when not null) with every scored candidate, best first.
   std::vector<CandidateRecord>* candidates = nullptr;
+  // `--zero auto` / `--recompute auto`: RunStrategy and CompareStrategies try every ZeRO stage
+  // (0..3) / recompute policy (none, selective, full) and keep the fastest feasible plan; false:
+  // the workload's value is respected. Schedule itself always plans the workload as given.
+  bool zero_auto = false;
+  bool recompute_auto = false;
 };
 
 // Strategy "hexiseq". Returns the best plan found (strategy "hexiseq", config naming the group
@@ -71,5 +76,9 @@ Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions
 // most 768K fits" (each found by re-running the scheduler on the modified workload; the sequence
 // length by bisection). Returns "" when the workload fits.
 std::string ExplainInfeasible(const CostModel& model);
+// The same, for a search that chose the settings `options` marks auto: the workload is explained
+// at the auto settings that need the least memory (ZeRO-3, full recompute), and a setting the
+// planner already chose is never suggested.
+std::string ExplainInfeasible(const CostModel& model, const ScheduleOptions& options);
 
 }  // namespace hexiseq

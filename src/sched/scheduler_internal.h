@@ -3,6 +3,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,10 +48,15 @@ Layout ClassSearch(const CostModel& model, Layout layout, int max_evaluations, c
 
 struct SearchOutcome {
   StrategyResult best;  // feasible or not: the best by Better()
+  // The best feasible plan that leaves no rank out (a refined candidate or a baseline).
+  std::optional<StrategyResult> best_all_ranks;
 };
 // The scheduler proper. `quick`: one structure pass, one candidate, no descent (used by
-// ExplainInfeasible's re-plans).
-SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& options, bool quick);
+// ExplainInfeasible's re-plans). `rank_search`: the rank-level structure search and the wider
+// refinement on small clusters (off for the replica search's re-plans, which plan many small
+// sub-clusters).
+SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& options, bool quick,
+                           bool rank_search = true);
 
 // ---- The exact search's domain (exact_search.cc states it in full; the steps are in
 // scheduler.h).

@@ -1,7 +1,10 @@
 // Strategy dispatch by name, the plan-or-error wrapper, and the comparison of all strategies.
 #include "sched/strategies.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+
+#include "sched/training_search.h"
 
 namespace hexiseq {
 
@@ -11,8 +14,11 @@ const std::vector<std::string>& StrategyNames() {
   return names;
 }
 
-Result<StrategyResult> RunStrategy(const CostModel& model, const std::string& name,
-                                   const ScheduleOptions& options) {
+namespace {
+
+// One strategy at the workload's ZeRO stage and recompute policy.
+Result<StrategyResult> RunFixed(const CostModel& model, const std::string& name,
+                                const ScheduleOptions& options) {
   if (name == "hexiseq") return Schedule(model, options);
   if (name == "exact") return ExactSearch(model, options);
   if (name == "ring") return RingBaseline(model);
@@ -25,6 +31,20 @@ Result<StrategyResult> RunStrategy(const CostModel& model, const std::string& na
                          "hetero-ring, subset)");
 }
 
+}  // namespace
+
+Result<StrategyResult> RunStrategy(const CostModel& model, const std::string& name,
+                                   const ScheduleOptions& options) {
+  const auto& names = StrategyNames();
+  if (!(options.zero_auto || options.recompute_auto) ||
+      std::find(names.begin(), names.end(), name) == names.end())
+    return RunFixed(model, name, options);
+  return SearchTraining(model, name, options,
+                        [&name](const CostModel& fixed_model, const ScheduleOptions& fixed) {
+                          return RunFixed(fixed_model, name, fixed);
+                        });
+}
+
 Result<StrategyResult> PlanStrategy(const CostModel& model, const std::string& name,
                                     const ScheduleOptions& options) {
   auto result = RunStrategy(model, name, options);
@@ -33,7 +53,7 @@ Result<StrategyResult> PlanStrategy(const CostModel& model, const std::string& n
     return NotSupported("strategy " + name + " is not applicable: " + result->reason);
   }
   if (!result->cost.feasible) {
-    std::string why = ExplainInfeasible(model);
+    std::string why = ExplainInfeasible(model, options);
     if (why.empty()) why = "infeasible: " + result->cost.infeasible_reason;
     return Infeasible(why + " (strategy " + name +
                       "; hint: the hexiseq strategy searches every grouping, try --strategy "
@@ -44,7 +64,11 @@ Result<StrategyResult> PlanStrategy(const CostModel& model, const std::string& n
 
 Result<Comparison> CompareStrategies(const CostModel& model, const ScheduleOptions& options) {
   Comparison comparison;
-  comparison.results = AllBaselines(model);
+  for (const std::string& name : {"ring", "ulysses", "usp", "hetero-ring", "subset"}) {
+    auto baseline = RunStrategy(model, name, options);
+    if (!baseline) return std::unexpected(baseline.error());
+    comparison.results.push_back(std::move(*baseline));
+  }
   for (const StrategyResult& r : comparison.results) {
     if (r.feasible() && (comparison.best_baseline_seconds == 0 ||
                          r.cost.iteration_seconds < comparison.best_baseline_seconds)) {
@@ -68,8 +92,10 @@ Result<Comparison> CompareStrategies(const CostModel& model, const ScheduleOptio
     auto exact = RunStrategy(model, "exact", options);
     if (exact) comparison.results.push_back(*exact);
   }
-  comparison.ideal_seconds = model.IdealIterationSeconds();
-  comparison.ideal_tokens_per_second = model.IdealTokensPerSecond();
+  comparison.ideal_seconds = IdealIterationSeconds(model, options);
+  comparison.ideal_tokens_per_second = model.workload().batch *
+                                       static_cast<double>(model.workload().seq_len) /
+                                       comparison.ideal_seconds;
   return comparison;
 }
 

@@ -144,7 +144,11 @@ TEST(Cli, InfeasibilityHintOmitsSettingsInForce) {
   const std::string args = " --cluster " + cluster + " --model llama3-70b --seq 128K";
   const CmdResult zero3 = Hexiseq("plan" + args);
   ExpectBadInput(zero3, {"infeasible", "hint", "try more devices"});
-  EXPECT_EQ(zero3.err.find("--zero 3"), std::string::npos) << zero3.err;
+  EXPECT_EQ(zero3.err.find("--zero"), std::string::npos) << zero3.err;  // auto by default
+  EXPECT_EQ(zero3.err.find("--recompute"), std::string::npos) << zero3.err;
+  const CmdResult fixed3 = Hexiseq("plan" + args + " --zero 3 --recompute none");
+  ExpectBadInput(fixed3, {"infeasible", "hint"});
+  EXPECT_EQ(fixed3.err.find("--zero 3"), std::string::npos) << fixed3.err;
   const CmdResult zero1 = Hexiseq("plan" + args + " --zero 1");
   ExpectBadInput(zero1, {"infeasible", "hint", "--zero 3"});
 }

@@ -1,0 +1,125 @@
+// The scheduler with data-parallel replicas, left-out ranks and --zero/--recompute auto, on mixed
+// 4-type clusters (H100, A100, A800, L40S nodes of 8), llama3-8b. Checks every plan (valid, never
+// slower than the best baseline at the same settings) before it reports.
+//   sched_replicas speed [gpus...]   planning time, seq 128K, batch 16: Schedule at zero 1 /
+//                                    full recompute, and RunStrategy with both auto
+//   sched_replicas ideal             fraction of ideal (cost model), 32-128 GPUs, 32K and 128K,
+//                                    batch 8 and 16, both auto; the best baseline beside it
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "sched/bench_header.h"
+#include "sched/sched_test_util.h"
+#include "sched/strategies.h"
+#include "sched/training_search.h"
+
+using namespace hexiseq;
+
+namespace {
+
+constexpr int64_t kSpeedSeq = 131072;
+constexpr int kSpeedBatch = 16;
+
+template <typename F>
+double Seconds(F&& run) {
+  const auto start = std::chrono::steady_clock::now();
+  run();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+// The best feasible baseline time over every open training configuration.
+double BestBaseline(const CostModel& model, const ScheduleOptions& options) {
+  double best = 1e300;
+  for (const std::string& name : {"ring", "ulysses", "usp", "hetero-ring", "subset"}) {
+    auto result = RunStrategy(model, name, options);
+    if (result && result->feasible()) best = std::min(best, result->cost.iteration_seconds);
+  }
+  return best;
+}
+
+// Exits non-zero on an invalid plan or one slower than a baseline.
+void Check(const CostModel& model, const StrategyResult& result, double best_baseline) {
+  if (!Validate(result.plan, model.cluster(), model.model())) {
+    std::printf("INVALID PLAN\n");
+    std::exit(1);
+  }
+  if (result.cost.iteration_seconds > best_baseline * (1 + 1e-9)) {
+    std::printf("SLOWER THAN A BASELINE: %.6g > %.6g\n", result.cost.iteration_seconds,
+                best_baseline);
+    std::exit(1);
+  }
+}
+
+int Speed(std::vector<int> sizes) {
+  if (sizes.empty()) sizes = {128, 1024, 8192};
+  std::printf("%-6s %-14s %-12s %-12s %-9s %s\n", "gpus", "fixed_plan_s", "auto_plan_s", "iter_s",
+              "replicas", "config");
+  for (int gpus : sizes) {
+    Workload workload;
+    workload.seq_len = kSpeedSeq;
+    workload.batch = kSpeedBatch;
+    workload.zero_stage = 1;
+    const CostModel model(sched_test::MixedCluster(gpus), sched_test::Model("llama3-8b"), workload);
+    Result<StrategyResult> fixed, chosen;
+    const double fixed_seconds = Seconds([&] { fixed = Schedule(model); });
+    std::fprintf(stderr, "%d GPUs: fixed settings planned in %.3f s\n", gpus, fixed_seconds);
+    ScheduleOptions automatic;
+    automatic.zero_auto = automatic.recompute_auto = true;
+    const double auto_seconds = Seconds([&] { chosen = RunStrategy(model, "hexiseq", automatic); });
+    if (!fixed || !chosen) {
+      std::printf("%-6d no plan\n", gpus);
+      continue;
+    }
+    Check(model, *fixed, BestBaseline(model, {}));
+    std::printf("%-6d %-14.3f %-12.3f %-12.4f %-9d %s\n", gpus, fixed_seconds, auto_seconds,
+                chosen->cost.iteration_seconds, NumReplicas(chosen->plan), chosen->config.c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+int Ideal() {
+  std::printf("%-6s %-8s %-6s %-10s %-10s %-12s %-6s %s\n", "gpus", "seq", "batch", "hexiseq",
+              "baseline", "plan_s", "zero", "config");
+  ScheduleOptions automatic;
+  automatic.zero_auto = automatic.recompute_auto = true;
+  for (int gpus : {32, 64, 128})
+    for (int64_t seq : {int64_t{32768}, int64_t{131072}})
+      for (int batch : {8, 16}) {
+        Workload workload;
+        workload.seq_len = seq;
+        workload.batch = batch;
+        const CostModel model(sched_test::MixedCluster(gpus), sched_test::Model("llama3-8b"),
+                              workload);
+        Result<StrategyResult> chosen;
+        const double seconds = Seconds([&] { chosen = RunStrategy(model, "hexiseq", automatic); });
+        if (!chosen) {
+          std::printf("%-6d %-8lld %-6d no plan\n", gpus, static_cast<long long>(seq), batch);
+          continue;
+        }
+        const double baseline = BestBaseline(model, automatic);
+        Check(model, *chosen, baseline);
+        const double ideal = IdealIterationSeconds(model, automatic);
+        std::printf("%-6d %-8lld %-6d %-10.3f %-10.3f %-12.3f %d/%-4s %s\n", gpus,
+                    static_cast<long long>(seq), batch, ideal / chosen->cost.iteration_seconds,
+                    ideal / baseline, seconds, chosen->plan.zero_stage,
+                    chosen->plan.recompute.c_str(), chosen->config.c_str());
+        std::fflush(stdout);
+      }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  PrintBenchHeader("sched_replicas");
+  const std::string mode = argc > 1 ? argv[1] : "speed";
+  std::vector<int> sizes;
+  for (int arg = 2; arg < argc; ++arg) sizes.push_back(std::atoi(argv[arg]));
+  if (mode == "ideal") return Ideal();
+  return Speed(sizes);
+}

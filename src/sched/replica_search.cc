@@ -1,0 +1,195 @@
+// The replica search (replica_search.h): candidates planned replica by replica, the batch split,
+// the whole plan scored on the world.
+#include "sched/replica_search.h"
+
+#include <algorithm>
+#include <deque>
+#include <optional>
+
+#include "sched/subcluster.h"
+
+namespace hexiseq::sched_internal {
+namespace {
+
+constexpr size_t kRefinedCandidates = 2;  // screened candidates re-planned by the scheduler
+constexpr size_t kRunnersUp = 3;          // kept for the table of options
+constexpr double kMinSequenceSeconds = 1e-12;
+constexpr int64_t kReplicaTrials = 500;  // descent moves per refined replica plan
+
+// One replica's plan and its time for one sequence and for each further one.
+struct ReplicaTiming {
+  StrategyResult result;
+  double first_sequence_seconds = 0;
+  double per_sequence_seconds = 0;
+};
+
+// The screen's plan of one replica: the better of the proportional plan and the best USP
+// factorisation (each one or a few evaluations).
+StrategyResult ScreenPlan(const CostModel& replica) {
+  StrategyResult proportional = ProportionalPlan(replica);
+  StrategyResult usp = UspOneReplica(replica);
+  return Better(usp, proportional) ? usp : proportional;
+}
+
+// Plans replicas on their sub-clusters (screen: ScreenPlan; else the one-replica scheduler
+// without its rank-level search); identical make-ups (same sub-cluster, same sharding) are
+// planned once.
+class ReplicaPlanner {
+ public:
+  ReplicaPlanner(const CostModel& world, const ScheduleOptions& options, bool screen)
+      : world_(world), options_(options), screen_(screen) {
+    options_.progress = nullptr;
+    options_.candidates = nullptr;
+    options_.explain_infeasible = false;
+    options_.threads = 1;
+    options_.max_trials = kReplicaTrials;
+  }
+  const ReplicaTiming& Plan(const SubCluster& sub, int shard_ranks) {
+    for (const Entry& entry : cache_)
+      if (entry.shard_ranks == shard_ranks && entry.cluster == sub.cluster) return entry.timing;
+    cache_.push_back({sub.cluster, shard_ranks, Time(sub, shard_ranks)});
+    return cache_.back().timing;
+  }
+
+ private:
+  ReplicaTiming Time(const SubCluster& sub, int shard_ranks) const {
+    const CostModel one = ReplicaCostModel(world_, sub, 1, shard_ranks);
+    ReplicaTiming timing;
+    timing.result = screen_ ? ScreenPlan(one) : RunScheduler(one, options_, false, false).best;
+    timing.first_sequence_seconds = timing.result.cost.iteration_seconds;
+    hexiseq::Plan two_sequences = timing.result.plan;
+    two_sequences.batch = 2;
+    const double two =
+        ReplicaCostModel(world_, sub, 2, shard_ranks).Evaluate(two_sequences).iteration_seconds;
+    timing.per_sequence_seconds =
+        std::max(kMinSequenceSeconds, two - timing.first_sequence_seconds);
+    return timing;
+  }
+  struct Entry {
+    Cluster cluster;
+    int shard_ranks = 0;
+    ReplicaTiming timing;
+  };
+  const CostModel& world_;
+  ScheduleOptions options_;
+  bool screen_;
+  std::deque<Entry> cache_;  // stable references
+};
+
+// The candidate planned and scored on the world; nullopt when a replica does not fit.
+std::optional<StrategyResult> EvaluateCandidate(const CostModel& world,
+                                                const ReplicaPartition& partition,
+                                                ReplicaPlanner& planner) {
+  int participants = 0;
+  for (const std::vector<int>& replica : partition.replicas)
+    participants += static_cast<int>(replica.size());
+  std::vector<SubCluster> subs;
+  std::vector<const ReplicaTiming*> timings;
+  std::vector<double> first, per_sequence;
+  for (const std::vector<int>& replica : partition.replicas) {
+    subs.push_back(MakeSubCluster(world.cluster(), replica));
+    const ReplicaTiming& timing = planner.Plan(subs.back(), participants);
+    if (!timing.result.feasible()) return std::nullopt;
+    timings.push_back(&timing);
+    first.push_back(timing.first_sequence_seconds);
+    per_sequence.push_back(timing.per_sequence_seconds);
+  }
+  const std::vector<int> split = MinMaxBatchSplit(world.workload().batch, first, per_sequence);
+  std::vector<ReplicaPart> parts;
+  for (size_t replica = 0; replica < subs.size(); ++replica)
+    parts.push_back({&subs[replica], timings[replica]->result.plan, split[replica]});
+  return Score(world, AssembleReplicas(world, parts, "hexiseq"), partition.name);
+}
+
+struct Scored {
+  size_t candidate = 0;
+  StrategyResult result;
+};
+
+// Every candidate through `planner`, best first (by Better), until the clock runs out.
+std::vector<Scored> ScoreAll(const CostModel& world,
+                             const std::vector<ReplicaPartition>& candidates,
+                             const std::vector<size_t>& which, ReplicaPlanner& planner,
+                             const Clock& clock) {
+  std::vector<Scored> scored;
+  for (size_t index : which) {
+    if (clock.Expired()) break;
+    std::optional<StrategyResult> result = EvaluateCandidate(world, candidates[index], planner);
+    if (result) scored.push_back({index, std::move(*result)});
+  }
+  std::stable_sort(scored.begin(), scored.end(),
+                   [](const Scored& a, const Scored& b) { return Better(a.result, b.result); });
+  return scored;
+}
+
+}  // namespace
+
+std::vector<int> MinMaxBatchSplit(int batch, const std::vector<double>& first_sequence_seconds,
+                                  const std::vector<double>& per_sequence_seconds) {
+  const size_t replicas = first_sequence_seconds.size();
+  std::vector<int> split(replicas, 1);
+  auto finish = [&](size_t replica, int sequences) {
+    return first_sequence_seconds[replica] + (sequences - 1) * per_sequence_seconds[replica];
+  };
+  for (int given = static_cast<int>(replicas); given < batch; ++given) {
+    size_t target = 0;
+    for (size_t replica = 1; replica < replicas; ++replica)
+      if (finish(replica, split[replica] + 1) < finish(target, split[target] + 1)) target = replica;
+    ++split[target];
+  }
+  return split;
+}
+
+ReplicaOutcome SearchReplicas(const CostModel& model, const ScheduleOptions& options,
+                              const Clock& clock) {
+  const std::vector<ReplicaPartition> candidates =
+      ReplicaCandidates(model.cluster(), model.workload().batch);
+  std::vector<size_t> all(candidates.size());
+  for (size_t index = 0; index < all.size(); ++index) all[index] = index;
+  ReplicaPlanner screen(model, options, true);
+  std::vector<Scored> screened = ScoreAll(model, candidates, all, screen, clock);
+  std::vector<size_t> best_few;
+  for (size_t rank = 0; rank < std::min(kRefinedCandidates, screened.size()); ++rank)
+    best_few.push_back(screened[rank].candidate);
+  ReplicaPlanner full(model, options, false);
+  std::vector<Scored> refined = ScoreAll(model, candidates, best_few, full, clock);
+  refined.insert(refined.end(), screened.begin(), screened.end());
+  std::stable_sort(refined.begin(), refined.end(),
+                   [](const Scored& a, const Scored& b) { return Better(a.result, b.result); });
+  ReplicaOutcome outcome;
+  if (refined.empty()) return outcome;
+  outcome.found = true;
+  outcome.best = refined.front().result;
+  for (size_t rank = 1; rank < refined.size() && outcome.runner_up.size() < kRunnersUp; ++rank)
+    if (refined[rank].candidate != refined.front().candidate)
+      outcome.runner_up.push_back(refined[rank].result);
+  for (const Scored& scored : refined)
+    if (scored.result.plan.left_out.empty() && scored.result.feasible()) {
+      outcome.best_all_ranks = scored.result;
+      break;
+    }
+  return outcome;
+}
+
+StrategyResult ChooseWithReplicas(const SearchOutcome& one_replica,
+                                  const ReplicaOutcome& replicas) {
+  std::vector<StrategyResult> results = {one_replica.best};
+  if (replicas.found) {
+    results.push_back(replicas.best);
+    results.insert(results.end(), replicas.runner_up.begin(), replicas.runner_up.end());
+  }
+  const auto leaves_none = [](const StrategyResult& result) {
+    return result.plan.left_out.empty();
+  };
+  for (const auto& all_ranks : {one_replica.best_all_ranks, replicas.best_all_ranks})
+    if (all_ranks && std::none_of(results.begin(), results.end(), leaves_none))
+      results.push_back(*all_ranks);
+  std::stable_sort(results.begin(), results.end(), Better);
+  StrategyResult best = results.front();
+  best.strategy = best.plan.strategy = "hexiseq";
+  best.options_considered.clear();
+  for (const StrategyResult& result : results) best.options_considered.push_back(OptionOf(result));
+  return best;
+}
+
+}  // namespace hexiseq::sched_internal

@@ -1,0 +1,238 @@
+// The scheduler with data-parallel replicas and left-out ranks, and the choice of ZeRO stage and
+// recompute policy: property tests on random clusters against the baselines and against brute
+// force.
+#include "sched/replica_search.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "sched/sched_test_util.h"
+#include "sched/strategies.h"
+#include "sched/training_search.h"
+
+namespace hexiseq {
+namespace {
+
+using sched_internal::MinMaxBatchSplit;
+using sched_internal::ReplicaCandidates;
+
+double MaxFinish(const std::vector<int>& split, const std::vector<double>& first,
+                 const std::vector<double>& slope) {
+  double worst = 0;
+  for (size_t replica = 0; replica < split.size(); ++replica)
+    worst = std::max(worst, first[replica] + (split[replica] - 1) * slope[replica]);
+  return worst;
+}
+
+// The least max finish over every split with each replica >= 1 (brute force).
+double BruteForceMinMax(int batch, const std::vector<double>& first,
+                        const std::vector<double>& slope, std::vector<int>& split, size_t next) {
+  if (next + 1 == split.size()) {
+    split[next] = batch;
+    return MaxFinish(split, first, slope);
+  }
+  double best = 1e300;
+  for (int take = 1; take <= batch - static_cast<int>(split.size() - next - 1); ++take) {
+    split[next] = take;
+    best = std::min(best, BruteForceMinMax(batch - take, first, slope, split, next + 1));
+  }
+  return best;
+}
+
+TEST(ReplicaSearch, BatchSplitIsTheMinMaxOptimum) {
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> seconds(0.1, 5.0);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int replicas = 1 + static_cast<int>(rng() % 4);
+    const int batch = replicas + static_cast<int>(rng() % 9);
+    std::vector<double> first(replicas), slope(replicas);
+    for (int replica = 0; replica < replicas; ++replica) {
+      slope[replica] = seconds(rng);
+      first[replica] = slope[replica] * (1 + 0.3 * seconds(rng));
+    }
+    const std::vector<int> split = MinMaxBatchSplit(batch, first, slope);
+    int total = 0;
+    for (int sequences : split) {
+      EXPECT_GE(sequences, 1);
+      total += sequences;
+    }
+    EXPECT_EQ(total, batch);
+    std::vector<int> scratch(replicas);
+    EXPECT_NEAR(MaxFinish(split, first, slope), BruteForceMinMax(batch, first, slope, scratch, 0),
+                1e-12)
+        << "trial " << trial;
+  }
+}
+
+TEST(ReplicaSearch, CandidatesAreDisjointAndWithinTheBatch) {
+  std::mt19937_64 rng(4);
+  for (int trial = 0; trial < 20; ++trial) {
+    const Cluster cluster = sched_test::RandomSmallCluster(rng, 8 + trial * 3);
+    const int batch = 1 + trial % 9;
+    for (const auto& candidate : ReplicaCandidates(cluster, batch)) {
+      EXPECT_LE(static_cast<int>(candidate.replicas.size()), batch) << candidate.name;
+      std::vector<bool> used(cluster.num_ranks(), false);
+      for (const std::vector<int>& replica : candidate.replicas)
+        for (int rank : replica) {
+          EXPECT_FALSE(used[rank]) << candidate.name << ": rank " << rank << " twice";
+          used[rank] = true;
+        }
+    }
+  }
+}
+
+// Replicas partition the participants, the shares sum to the batch, left-out ranks hold nothing.
+void ExpectReplicaInvariants(const StrategyResult& result, const CostModel& model) {
+  const Plan& plan = result.plan;
+  ASSERT_TRUE(Validate(plan, model.cluster(), model.model()))
+      << Validate(plan, model.cluster(), model.model()).error().message;
+  int sequences = 0;
+  for (int replica = 0; replica < NumReplicas(plan); ++replica)
+    sequences += ReplicaSequences(plan, replica);
+  EXPECT_EQ(sequences, model.workload().batch);
+  std::vector<int> seen(model.cluster().num_ranks(), 0);
+  for (const PlanGroup& group : plan.groups)
+    for (int rank : group.ranks) ++seen[rank];
+  for (int rank : plan.left_out) {
+    EXPECT_EQ(seen[rank], 0) << "left-out rank " << rank << " in a group";
+    EXPECT_EQ(result.cost.ranks[rank].memory_bytes, 0) << "left-out rank " << rank;
+    EXPECT_EQ(result.cost.ranks[rank].compute_seconds(), 0) << "left-out rank " << rank;
+  }
+  for (int rank = 0; rank < model.cluster().num_ranks(); ++rank)
+    if (!std::binary_search(plan.left_out.begin(), plan.left_out.end(), rank)) {
+      EXPECT_EQ(seen[rank], 1) << "rank " << rank;
+    }
+}
+
+TEST(ReplicaSearch, RandomClustersValidAndNeverBelowABaseline) {
+  std::mt19937_64 rng(8);
+  const char* models[] = {"llama3-8b", "llama3.2-3b"};
+  int with_replicas = 0;
+  for (int trial = 0; trial < 6; ++trial) {
+    const Cluster cluster = sched_test::RandomSmallCluster(rng, 8 + static_cast<int>(rng() % 57));
+    Workload workload;
+    workload.seq_len = int64_t{8192} << (rng() % 5);
+    workload.batch = 1 + static_cast<int>(rng() % 12);
+    workload.zero_stage = static_cast<int>(rng() % 4);
+    const CostModel model(cluster, sched_test::Model(models[trial % 2]), workload);
+    ScheduleOptions options;
+    options.explain_infeasible = false;
+    auto scheduled = Schedule(model, options);
+    if (!scheduled) continue;
+    SCOPED_TRACE("trial " + std::to_string(trial) + ": " + scheduled->config);
+    ExpectReplicaInvariants(*scheduled, model);
+    with_replicas += NumReplicas(scheduled->plan) > 1;
+    for (const StrategyResult& baseline : AllBaselines(model)) {
+      if (!baseline.feasible()) continue;
+      ExpectReplicaInvariants(baseline, model);
+      EXPECT_LE(scheduled->cost.iteration_seconds, baseline.cost.iteration_seconds * (1 + 1e-9))
+          << "below " << baseline.strategy << " " << baseline.config;
+    }
+  }
+  EXPECT_GE(with_replicas, 2);
+}
+
+TEST(TrainingSearch, FixedSettingsAreRespected) {
+  const Cluster cluster = sched_test::MixedCluster(16);
+  Workload workload;
+  workload.seq_len = 16384;
+  workload.batch = 4;
+  workload.zero_stage = 1;
+  workload.recompute = Recompute::kSelective;
+  const CostModel model(cluster, sched_test::Model("llama3-8b"), workload);
+  for (const std::string& name : {"hexiseq", "ring", "usp", "subset", "hetero-ring"}) {
+    auto result = RunStrategy(model, name, {});
+    ASSERT_TRUE(result) << name << ": " << result.error().message;
+    EXPECT_EQ(result->plan.zero_stage, 1) << name;
+    EXPECT_EQ(result->plan.recompute, "selective") << name;
+    ScheduleOptions zero_only;
+    zero_only.zero_auto = true;  // the recompute policy stays fixed
+    auto zero_auto = RunStrategy(model, name, zero_only);
+    ASSERT_TRUE(zero_auto) << name;
+    EXPECT_EQ(zero_auto->plan.recompute, "selective") << name;
+  }
+}
+
+// The baselines try every ZeRO stage and recompute policy; the scheduler (the costly case) every
+// ZeRO stage at full recompute.
+TEST(TrainingSearch, AutoNeverWorseThanAnyFixedChoice) {
+  struct Case {
+    int64_t seq;
+    int batch;
+  };
+  for (const Case& c : {Case{32768, 8}, Case{131072, 2}}) {
+    Workload workload;
+    workload.seq_len = c.seq;
+    workload.batch = c.batch;
+    const CostModel model(sched_test::MixedCluster(32), sched_test::Model("llama3-8b"), workload);
+    for (const std::string& name : {"hexiseq", "usp", "ring"}) {
+      ScheduleOptions automatic;
+      automatic.zero_auto = true;
+      automatic.recompute_auto = name != "hexiseq";
+      auto chosen = RunStrategy(model, name, automatic);
+      ASSERT_TRUE(chosen) << chosen.error().message;
+      EXPECT_GE(chosen->options_considered.size(), 2u);
+      for (const TrainingConfig& config : TrainingConfigs(workload, automatic)) {
+        auto fixed = RunStrategy(WithTraining(model, config), name, {});
+        if (!fixed || !fixed->feasible()) continue;
+        EXPECT_LE(chosen->cost.iteration_seconds, fixed->cost.iteration_seconds * (1 + 1e-9))
+            << name << " at zero " << config.zero_stage << " recompute "
+            << RecomputeName(config.recompute) << ", seq " << c.seq;
+      }
+    }
+  }
+}
+
+// 8 H100 + 8 A100 behind a 1 GB/s NIC: the A100s are left out; the options name the best plan
+// over every rank (what leaving out gained) and a runner-up training configuration.
+TEST(TrainingSearch, OptionsNameTheAllRanksPlanAndTheRunnerUp) {
+  const Cluster cluster = MakeCluster(
+      {sched_test::Device("H100-SXM"), sched_test::Device("A100-SXM-80G")}, {1, 1}, 8, 1e9);
+  Workload workload;
+  workload.seq_len = 131072;
+  const CostModel model(cluster, sched_test::Model("llama3-8b"), workload);
+  ScheduleOptions automatic;
+  automatic.zero_auto = true;
+  auto chosen = RunStrategy(model, "hexiseq", automatic);
+  ASSERT_TRUE(chosen) << chosen.error().message;
+  EXPECT_EQ(chosen->plan.left_out.size(), 8u);
+  const std::vector<TrainingOption>& options = chosen->options_considered;
+  ASSERT_FALSE(options.empty());
+  EXPECT_EQ(options.front().iteration_seconds, chosen->cost.iteration_seconds);
+  EXPECT_EQ(options.front().zero_stage, chosen->plan.zero_stage);
+  bool all_ranks = false, other_stage = false;
+  for (const TrainingOption& option : options) {
+    all_ranks |= option.left_out == 0 && option.feasible;
+    other_stage |= option.zero_stage != chosen->plan.zero_stage;
+    EXPECT_GE(option.iteration_seconds, chosen->cost.iteration_seconds * (1 - 1e-12));
+  }
+  EXPECT_TRUE(all_ranks);
+  EXPECT_TRUE(other_stage);
+}
+
+TEST(TrainingSearch, HintUnderAutoNeverSuggestsASettingTheSearchChose) {
+  Cluster cluster = MakeCluster(
+      {sched_test::Device("H100-SXM"), sched_test::Device("A100-40G"), sched_test::Device("L40S")},
+      {1, 1, 1}, 2, 25e9);
+  Workload workload;
+  workload.seq_len = 131072;
+  workload.zero_stage = 0;  // the placeholder; auto replaces it
+  workload.recompute = Recompute::kNone;
+  const CostModel model(cluster, sched_test::Model("llama3-70b"), workload);
+  ScheduleOptions automatic;
+  automatic.zero_auto = automatic.recompute_auto = true;
+  const std::string hint = ExplainInfeasible(model, automatic);
+  ASSERT_NE(hint, "");
+  EXPECT_EQ(hint.find("--zero"), std::string::npos) << hint;
+  EXPECT_EQ(hint.find("--recompute"), std::string::npos) << hint;
+  auto planned = PlanStrategy(model, "hexiseq", automatic);
+  ASSERT_FALSE(planned);
+  EXPECT_EQ(planned.error().code, ErrorCode::kInfeasible);
+  EXPECT_EQ(planned.error().message.find("--zero"), std::string::npos);
+  // At fixed settings the same workload does get the hint.
+  EXPECT_NE(ExplainInfeasible(model).find("--zero 3"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hexiseq

@@ -13,6 +13,7 @@
 #include "sched/baselines.h"
 #include "sched/scheduler.h"
 #include "sched/strategies.h"
+#include "sched/training_search.h"
 #include "spec/units.h"
 
 namespace hexiseq::cli {
@@ -100,13 +101,15 @@ struct ChoiceRecord {
   std::vector<TrainingOption> options;
 };
 
+// `ideal_seconds`: the aggregate-compute bound of the least work the settings allowed (without
+// recompute when the planner chose it).
 std::string PlanSummary(const Plan& plan, const CostModel& model, const PlanCost& cost,
-                        const ChoiceRecord& choice) {
+                        const ChoiceRecord& choice, double ideal_seconds) {
   std::string out = "strategy " + plan.strategy + " (" + plan.config + ")\n";
   out += "predicted: " + Fixed(cost.iteration_seconds, 3) + " s/iteration, " +
          Fixed(cost.tokens_per_second, 0) + " tokens/s, " +
-         Percent(model.IdealIterationSeconds() / cost.iteration_seconds) +
-         " of ideal, max memory " + Percent(cost.max_memory_fraction) + "\n";
+         Percent(ideal_seconds / cost.iteration_seconds) + " of ideal, max memory " +
+         Percent(cost.max_memory_fraction) + "\n";
   out += report::TrainingText(plan, cost, model.cluster(), model.ShardRanks(plan), choice.options,
                               choice.recorded);
   return out + "\n" + GroupsTable(plan, model);
@@ -117,11 +120,13 @@ int RunPlan(const PlanFlags& f) {
   if (!model) return ReportError(model.error());
   std::vector<CandidateRecord> candidates;
   ProgressBar bar;
-  auto result = PlanStrategy(**model, f.strategy, MakeScheduleOptions(f, bar, &candidates));
+  const ScheduleOptions options = MakeScheduleOptions(f, bar, &candidates);
+  auto result = PlanStrategy(**model, f.strategy, options);
   if (!result) return ReportError(result.error());
   std::string text = f.format == "json" ? PlanToJson(result->plan)
                                         : PlanSummary(result->plan, **model, result->cost,
-                                                      {true, result->options_considered});
+                                                      {true, result->options_considered},
+                                                      IdealIterationSeconds(**model, options));
   if (f.format != "json" && !candidates.empty()) {  // the table behind the decision
     std::vector<std::vector<std::string>> rows = {
         {"candidate", "feasible", "predicted s", "refined s", "max mem"}};
@@ -189,11 +194,13 @@ int RunCompare(const PlanFlags& f) {
     if (!r.feasible()) notes.push_back(r.strategy + ": " + r.reason);
   }
   const Workload& w = model.workload();
-  std::printf("cluster %s: %d ranks; model %s; seq %s x batch %d; recompute %s; zero %d\n",
+  std::printf("cluster %s: %d ranks; model %s; seq %s x batch %d; recompute %s; zero %s\n",
               model.cluster().name.c_str(), model.cluster().num_ranks(), model.model().name.c_str(),
-              FormatTokens(w.seq_len).c_str(), w.batch, RecomputeName(w.recompute), w.zero_stage);
+              FormatTokens(w.seq_len).c_str(), w.batch,
+              f.in.recompute == "auto" ? "auto" : RecomputeName(w.recompute),
+              f.in.zero == "auto" ? "auto" : std::to_string(w.zero_stage).c_str());
   std::printf("ideal (aggregate-compute bound): %.3f s/iteration, %.0f tokens/s\n\n", ideal,
-              model.IdealTokensPerSecond());
+              comparison->ideal_tokens_per_second);
   std::fputs(FormatTable(rows).c_str(), stdout);
   for (const std::string& n : notes) std::printf("  %s\n", n.c_str());
   return exit_code;
@@ -267,7 +274,7 @@ int RunExplain(const std::string& path, const InputFlags& in) {
   const Plan& plan = loaded->first;
   const CostModel& model = *loaded->second;
   const PlanCost cost = model.Evaluate(plan);
-  std::fputs(PlanSummary(plan, model, cost, {}).c_str(), stdout);
+  std::fputs(PlanSummary(plan, model, cost, {}, model.IdealIterationSeconds()).c_str(), stdout);
   std::printf(
       "\nper iteration%s: local (linear + all-to-all) %.3f s, ring attention %.3f s, "
       "recompute %.3f s, LM head %.3f s, exposed gradient sync %.3f s\n",

@@ -76,6 +76,8 @@ int RunReport(const ReportFlags& f) {
   report::ReportOptions options;
   options.time_limit_seconds = f.time_limit;
   options.threads = f.threads;
+  options.zero_auto = !*plan && f.inputs.zero == "auto";
+  options.recompute_auto = !*plan && f.inputs.recompute == "auto";
   options.simulate = f.simulate == "always"  ? report::SimulatePolicy::kAlways
                      : f.simulate == "never" ? report::SimulatePolicy::kNever
                                              : report::SimulatePolicy::kAuto;

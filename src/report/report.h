@@ -45,6 +45,8 @@ struct ReportOptions {
   double time_limit_seconds = 0;  // scheduler limit (0: none)
   int threads = 1;                // scheduler threads
   bool exact_search = true;       // add the exact search on clusters of <= kExactMaxRanks ranks
+  bool zero_auto = false;         // the planner picks the ZeRO stage (--zero auto)
+  bool recompute_auto = false;    // the planner picks the recompute policy (--recompute auto)
   SimulatePolicy simulate = SimulatePolicy::kAuto;
 };
 

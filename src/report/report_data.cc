@@ -6,6 +6,8 @@
 #include "report/training.h"
 #include "sched/baselines.h"
 #include "sched/scheduler.h"
+#include "sched/strategies.h"
+#include "sched/training_search.h"
 
 namespace hexiseq::report {
 namespace {
@@ -50,12 +52,31 @@ StrategyRow FailedRow(const std::string& strategy, const Error& error, double se
   return row;
 }
 
-void AddBaselines(const CostModel& model, ReportData& data) {
-  using Baseline = StrategyResult (*)(const CostModel&);
-  for (Baseline baseline :
-       {RingBaseline, UlyssesBaseline, UspBaseline, HeteroRingBaseline, SubsetBaseline}) {
-    auto [result, seconds] = Timed([&] { return baseline(model); });
-    data.strategies.push_back(RowOf(result, seconds));
+// The scheduler's options for the report's searches.
+ScheduleOptions SearchOptions(const ReportOptions& options) {
+  ScheduleOptions schedule;
+  schedule.time_limit_seconds = options.time_limit_seconds;
+  schedule.threads = options.threads;
+  schedule.zero_auto = options.zero_auto;
+  schedule.recompute_auto = options.recompute_auto;
+  return schedule;
+}
+
+// One strategy through RunStrategy (training settings searched where auto), as a row.
+std::optional<StrategyResult> AddStrategy(const CostModel& model, const std::string& name,
+                                          const ScheduleOptions& schedule, ReportData& data) {
+  auto [result, seconds] = Timed([&] { return RunStrategy(model, name, schedule); });
+  if (!result) {
+    data.strategies.push_back(FailedRow(name, result.error(), seconds));
+    return std::nullopt;
+  }
+  data.strategies.push_back(RowOf(*result, seconds));
+  return *result;
+}
+
+void AddBaselines(const CostModel& model, const ScheduleOptions& schedule, ReportData& data) {
+  for (const char* name : {"ring", "ulysses", "usp", "hetero-ring", "subset"}) {
+    AddStrategy(model, name, schedule, data);
     const StrategyRow& row = data.strategies.back();
     if (row.feasible &&
         (data.best_baseline_seconds == 0 || row.iteration_seconds < data.best_baseline_seconds)) {
@@ -67,24 +88,12 @@ void AddBaselines(const CostModel& model, ReportData& data) {
 
 // The scheduler (and the exact search on small clusters); returns the scheduler's plan, if any.
 std::optional<StrategyResult> AddSearches(const CostModel& model, const ReportOptions& options,
-                                          ReportData& data) {
-  ScheduleOptions schedule;
-  schedule.time_limit_seconds = options.time_limit_seconds;
-  schedule.threads = options.threads;
-  auto [scheduled, seconds] = Timed([&] { return Schedule(model, schedule); });
-  std::optional<StrategyResult> chosen;
-  if (scheduled) {
-    data.strategies.push_back(RowOf(*scheduled, seconds));
-    chosen = *scheduled;
-  } else {
-    data.strategies.push_back(FailedRow("hexiseq", scheduled.error(), seconds));
-    data.no_plan_reason = scheduled.error().message;
-  }
-  data.planning_seconds = seconds;
-  if (options.exact_search && model.cluster().num_ranks() <= kExactMaxRanks) {
-    auto [exact, exact_seconds] = Timed([&] { return ExactSearch(model, schedule); });
-    if (exact) data.strategies.push_back(RowOf(*exact, exact_seconds));
-  }
+                                          const ScheduleOptions& schedule, ReportData& data) {
+  std::optional<StrategyResult> chosen = AddStrategy(model, "hexiseq", schedule, data);
+  data.planning_seconds = data.strategies.back().planning_seconds;
+  if (!chosen) data.no_plan_reason = data.strategies.back().reason;
+  if (options.exact_search && model.cluster().num_ranks() <= kExactMaxRanks)
+    AddStrategy(model, "exact", schedule, data);
   return chosen;
 }
 
@@ -110,10 +119,13 @@ Result<ReportData> BuildReport(const CostModel& model, const std::optional<Plan>
   data.cluster = model.cluster();
   data.model = model.model();
   data.workload = model.workload();
-  data.ideal_tokens_per_second = model.IdealTokensPerSecond();
-  data.ideal_iteration_seconds = model.IdealIterationSeconds();
-  AddBaselines(model, data);
-  std::optional<StrategyResult> scheduled = AddSearches(model, options, data);
+  const ScheduleOptions schedule = SearchOptions(options);
+  data.ideal_iteration_seconds = IdealIterationSeconds(model, schedule);
+  data.ideal_tokens_per_second = model.workload().batch *
+                                 static_cast<double>(model.workload().seq_len) /
+                                 data.ideal_iteration_seconds;
+  AddBaselines(model, schedule, data);
+  std::optional<StrategyResult> scheduled = AddSearches(model, options, schedule, data);
   if (plan) {
     data.plan = *plan;
     data.cost = model.Evaluate(*plan);
@@ -127,7 +139,12 @@ Result<ReportData> BuildReport(const CostModel& model, const std::optional<Plan>
     data.plan_source = "the hexiseq scheduler";
   }
   if (!data.plan) return data;
-  data.shard_ranks = model.ShardRanks(*data.plan);
+  // The plan's own training settings (the planner's choice under auto) for what follows.
+  const CostModel plan_model = WithTraining(
+      model,
+      {data.plan->zero_stage, ParseRecompute(data.plan->recompute).value_or(Recompute::kFull)});
+  data.workload = plan_model.workload();
+  data.shard_ranks = plan_model.ShardRanks(*data.plan);
   const int ranks = model.cluster().num_ranks();
   if (options.simulate == SimulatePolicy::kNever) {
     data.simulation_error = "not simulated (--simulate never)";
@@ -138,7 +155,7 @@ Result<ReportData> BuildReport(const CostModel& model, const std::optional<Plan>
                             "quickly with the ranks (hint: --simulate always, or hexiseq "
                             "simulate --trace for a Perfetto timeline)";
   } else {
-    Simulate(model, data);
+    Simulate(plan_model, data);
   }
   return data;
 }

@@ -104,7 +104,7 @@ def main():
             ok = False
             continue
         if result["report"]:
-            print(json.dumps(result), flush=True)
+            print(json.dumps({"index": index, **result}), flush=True)
             ok = ok and result.get("pass", True)
     dist.barrier()
     dist.destroy_process_group()

@@ -47,11 +47,15 @@ def run_and_check(world, plans, expected_results):
     results = launch(WORKER, world, ["--plans", *plans], TIMEOUT)
     for rank, (code, out) in enumerate(results):
         assert code == 0, f"rank {rank} failed:\n{out}"
-    lines = [json.loads(line) for line in results[0][1].splitlines() if line.startswith("{")]
-    assert len(lines) == expected_results, results[0][1]
+    # One line per replica of each plan, from the replica's first rank (rank 0 may be left out).
+    lines = [json.loads(line) for _, out in results for line in out.splitlines()
+             if line.startswith("{") and "errors" in line]
+    assert len(lines) == expected_results, results
     for line in lines:
         assert line["pass"], line
-        assert line["ranks"] == world
+        plan = hexiseq.Plan.load(plans[line["index"]])
+        assert len(plan.replica_sequences) == 1
+        assert line["ranks"] == world - len(plan.left_out), line
 
 
 @pytest.mark.parametrize("world,plan", [(1, "single1"), (2, "ulysses2_zero_tokens"),

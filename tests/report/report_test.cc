@@ -17,6 +17,13 @@
 #include "sched/baselines.h"
 
 namespace hexiseq::report {
+
+// Rows of the training options table: a header and one per option weighed, when recorded.
+inline int OptionRows(const ReportData& data) {
+  return data.options_recorded && !data.options.empty() ? 1 + static_cast<int>(data.options.size())
+                                                        : 0;
+}
+
 namespace {
 
 using reporttest::Count;
@@ -302,8 +309,8 @@ TEST(Report, LargeClusterIsBoundedAndFast) {
   EXPECT_NE(html.find("+ 61 more H100-SXM nodes"), std::string::npos);
   EXPECT_NE(html.find("No timeline: not simulated: 1024 ranks"), std::string::npos);
   // One table row per node (and the replica and compare tables), not per rank.
-  EXPECT_EQ(Count(html, "<tr>"),
-            1 + 128 + 1 + NumReplicas(*data->plan) + 1 + static_cast<int>(data->strategies.size()));
+  EXPECT_EQ(Count(html, "<tr>"), 1 + 128 + 1 + NumReplicas(*data->plan) + 1 +
+                                     static_cast<int>(data->strategies.size()) + OptionRows(*data));
   std::printf("1024 ranks, 1M tokens: %.2f s, %zu bytes\n", seconds, html.size());
 }
 
@@ -344,8 +351,12 @@ TEST(Report, EveryExampleCluster) {
     EXPECT_EQ(Fills(html, "class=\"bar\"").count(kOkabeIto[0]), 1u) << "the plan shown stands out";
     constexpr int kHeaderRows = 4;  // replica table, rank table, simulated terms, compare table
     EXPECT_EQ(Count(html, "<tr>"),
-              kHeaderRows + NumReplicas(*data->plan) + cluster->num_ranks() +
-                  static_cast<int>(data->simulation->terms.size() + data->strategies.size()));
+              kHeaderRows + NumReplicas(*data->plan) + cluster->num_ranks() -
+                  static_cast<int>(data->plan->left_out.size()) +  // <tr class="left-out">
+                  static_cast<int>(data->simulation->terms.size() + data->strategies.size()) +
+                  OptionRows(*data))
+        << NumReplicas(*data->plan) << " replicas, " << data->simulation->terms.size() << " terms, "
+        << data->strategies.size() << " strategies, " << data->options.size() << " options";
   }
 }
 

@@ -31,7 +31,7 @@ constexpr size_t kRecallWindowDivisor = 10;  // the final recall loss averages t
 
 struct TrainFlags {
   std::string plan, model, data = "synthetic:recall", format = "table";
-  std::string optimizer = "adamw", recompute = "full", grad_sync = "overlap";
+  std::string optimizer = "adamw", recompute = "plan", grad_sync = "overlap";
   std::string save, resume, init, slowdown;
   int64_t save_every = 0;
   int64_t steps = 10, seq = 0;
@@ -127,7 +127,14 @@ void PrintSummary(train::Trainer& trainer, const std::vector<double>& recall_per
   }
 }
 
-Result<train::TrainOptions> MakeOptions(const TrainFlags& flags) {
+// `--recompute plan` (the default) follows the plan's policy; the trainer recomputes whole layers
+// or nothing, so a selective plan runs with full recompute.
+train::RecomputePolicy RecomputeOf(const TrainFlags& flags, const Plan& plan) {
+  const std::string& policy = flags.recompute == "plan" ? plan.recompute : flags.recompute;
+  return policy == "none" ? train::RecomputePolicy::kNone : train::RecomputePolicy::kFull;
+}
+
+Result<train::TrainOptions> MakeOptions(const TrainFlags& flags, const Plan& plan) {
   train::TrainOptions options;
   options.data = flags.data;
   options.seq_len = flags.seq;
@@ -140,8 +147,7 @@ Result<train::TrainOptions> MakeOptions(const TrainFlags& flags) {
   }
   options.optimizer.kind =
       flags.optimizer == "sgd" ? train::OptimizerKind::kSgd : train::OptimizerKind::kAdamW;
-  options.recompute =
-      flags.recompute == "none" ? train::RecomputePolicy::kNone : train::RecomputePolicy::kFull;
+  options.recompute = RecomputeOf(flags, plan);
   options.overlap_grad_sync = flags.grad_sync == "overlap";
   return options;
 }
@@ -203,7 +209,7 @@ int RunTrainCommand(const TrainFlags& flags) {
   std::unique_ptr<runtime::Comm> world = runtime::MpiWorldComm();
   auto plan = LoadPlan(flags.plan);
   auto model = LoadModel(flags.model);
-  auto options = MakeOptions(flags);
+  auto options = MakeOptions(flags, plan ? *plan : Plan{});
   // Agree on the inputs first so that no rank waits for one that failed to load them.
   const int ok = plan.has_value() && model.has_value() ? 1 : 0;
   std::vector<int> all(world->size());
@@ -267,8 +273,9 @@ void AddTrainCommand(CLI::App& app, Actions& actions) {
   cmd->add_option("--weight-decay", flags.opt.weight_decay, "Weight decay (default 0)");
   cmd->add_option("--grad-clip", flags.opt.grad_clip,
                   "Clip the global gradient norm to this (default 1; <= 0: off)");
-  cmd->add_option("--recompute", flags.recompute, "full (default) or none")
-      ->check(CLI::IsMember({"full", "none"}));
+  cmd->add_option("--recompute", flags.recompute,
+                  "plan (default: the plan's policy; selective runs as full) | full | none")
+      ->check(CLI::IsMember({"plan", "full", "none"}));
   cmd->add_option("--grad-sync", flags.grad_sync,
                   "overlap (default: gradient all-reduces start during backward) or blocking "
                   "(all after it)")

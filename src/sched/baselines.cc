@@ -406,13 +406,22 @@ StrategyResult SubsetBaseline(const CostModel& model) {
     std::sort(active.begin(), active.end());
     std::string types_text;
     for (size_t t = 0; t < keep; ++t) types_text += (t ? "+" : "") + types[t].second;
-    StrategyResult r = BestDataParallel(model, active, "subset", usp);
-    if (!r.applicable) continue;
-    r.config = types_text + " " + r.config;
-    r.plan.config = r.config;
-    if (!have || Better(r, best)) {
-      best = std::move(r);
-      have = true;
+    std::vector<int> rest;  // the other types
+    for (int rank = 0; rank < c.num_ranks(); ++rank)
+      if (!std::binary_search(active.begin(), active.end(), rank)) rest.push_back(rank);
+    // With the rest left out (no state, no sync; replicas possible) or, one replica, with the
+    // rest idle: they then hold a share of the ZeRO-sharded state and take part in the sync.
+    std::vector<StrategyResult> candidates = {BestDataParallel(model, active, "subset", usp),
+                                              BestUsp(model, active, rest, "subset")};
+    candidates.back().config += " rest-idle";
+    for (StrategyResult& r : candidates) {
+      if (!r.applicable) continue;
+      r.config = types_text + " " + r.config;
+      r.plan.config = r.config;
+      if (!have || Better(r, best)) {
+        best = std::move(r);
+        have = true;
+      }
     }
   }
   if (!have) return NotApplicable("subset", "no symmetric plan fits the heads on any subset");

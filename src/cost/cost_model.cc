@@ -148,12 +148,17 @@ double CostModel::GradSyncTotalSeconds() const {
   return rounds * model_.layers * GradSyncPasses() * GradSyncPassSeconds();
 }
 
-double CostModel::GradSyncTotalSeconds(const Plan& plan) const {
+double CostModel::SyncRounds(const Plan& plan) const {
+  if (workload_.zero_stage < 3) return 1.0;
   int busiest = 0;
   for (int replica = 0; replica < NumReplicas(plan); ++replica)
     busiest = std::max(busiest, ReplicaSequences(plan, replica));
-  const double rounds = workload_.zero_stage >= 3 ? busiest : 1.0;
-  return rounds * model_.layers * GradSyncPasses() * GradSyncPassSeconds(NodeParticipants(plan));
+  return busiest;
+}
+
+double CostModel::GradSyncTotalSeconds(const Plan& plan) const {
+  return SyncRounds(plan) * model_.layers * GradSyncPasses() *
+         GradSyncPassSeconds(NodeParticipants(plan));
 }
 
 MemoryBreakdown CostModel::ModelStateMemory() const {
@@ -859,11 +864,10 @@ PlanCost CostModel::EvaluateReplicas(const Plan& plan) const {
   replica_workload.shard_ranks = ShardRanks(plan);
   std::vector<PlanCost> parts;
   std::vector<std::vector<int>> members;
-  int slowest = 0, busiest = 0;
+  int slowest = 0;
   auto busy = [](const PlanCost& part) { return part.replica_busy_seconds.front(); };
   for (int replica = 0; replica < NumReplicas(plan); ++replica) {
     replica_workload.batch = ReplicaSequences(plan, replica);
-    busiest = std::max(busiest, replica_workload.batch);
     const Plan replica_plan = ReplicaPlan(plan, replica);
     parts.push_back(CostModel(cluster_, model_, replica_workload, k_).Evaluate(replica_plan));
     members.push_back(ParticipatingRanks(replica_plan));
@@ -885,8 +889,7 @@ PlanCost CostModel::EvaluateReplicas(const Plan& plan) const {
     cost.infeasible_reason = "replica " + std::to_string(replica) + ": " + part.infeasible_reason;
   }
   for (int rank : plan.left_out) cost.ranks[rank] = RankCost{.rank = rank};
-  const double rounds = workload_.zero_stage >= 3 ? busiest : 1.0;
-  cost.grad_sync_seconds = ExposedGradSync(plan, slowest_busy, rounds);
+  cost.grad_sync_seconds = ExposedGradSync(plan, slowest_busy, SyncRounds(plan));
   for (const std::vector<int>& ranks : members)
     for (int rank : ranks) cost.ranks[rank].grad_sync_seconds = cost.grad_sync_seconds;
   cost.iteration_seconds = slowest_busy + cost.grad_sync_seconds;

@@ -244,6 +244,8 @@ class CostModel {
   double KvBytesPerTokenPerKvHead() const;    // K and V, one KV head
   // Several replicas: each scored as a one-replica plan, then the sync over all participants.
   PlanCost EvaluateReplicas(const Plan& plan) const;
+  // Sync rounds of an iteration: under ZeRO-3 the sequences of the busiest replica, else 1.
+  double SyncRounds(const Plan& plan) const;
   // The gradient sync not hidden behind `busy_seconds` of compute: all buckets of `rounds`
   // rounds over the plan's participants, at least the last bucket.
   double ExposedGradSync(const Plan& plan, double busy_seconds, double rounds) const;

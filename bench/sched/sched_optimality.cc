@@ -1,7 +1,9 @@
 // Optimality gap of the scheduler against the exact search on random small heterogeneous
 // clusters (2 to kExactMaxRanks ranks, 2-4 device types, 1-4 GPUs per node, random intra-node and
-// NIC bandwidths, random preset models and sequence lengths 16K-256K). Prints every case and the
-// gap percentiles. Three figures per case:
+// NIC bandwidths, random preset models and sequence lengths 16K-256K) with random training
+// settings (batch 2, 3, 4 or 8, so that replicas and left-out ranks can pay; ZeRO stage 0-3 and
+// recompute none, selective or full, weighted towards the lighter settings), both searches at the
+// same settings. Prints every case and the gap percentiles. Three figures per case:
 //   gap     = scheduler / exact - 1, exact = the domain optimum refined by descent (what
 //             `--strategy exact` returns); negative: the scheduler beat it (outside the domain);
 //   domain  = scheduler / domain optimum - 1 (negative where the scheduler's finer token grid
@@ -27,17 +29,44 @@
 using namespace hexiseq;
 using namespace hexiseq::sched_internal;
 
-// "[rank:heads/tokens ...] ..." for each group of a plan, in ring order ("idle" for idle groups).
+// "[rank:heads/tokens ...] ..." for each group of a plan, in ring order ("idle" for idle groups),
+// replica by replica ("| n seq:" before each when there are several), then the left-out ranks.
 std::string Describe(const Plan& plan) {
   std::string out;
+  int replica = -1;
   for (const PlanGroup& group : plan.groups) {
+    if (NumReplicas(plan) > 1 && group.replica != replica) {
+      replica = group.replica;
+      out += "| " + std::to_string(ReplicaSequences(plan, replica)) + " seq: ";
+    }
     out += "[";
     for (const PlanMember& m : group.members)
       out += std::to_string(m.rank) + ":" + std::to_string(m.heads.size()) + "/" +
              std::to_string(TotalTokens(m.tokens)) + " ";
     out += TotalTokens(group.tokens) == 0 ? "idle]" : "]";
   }
+  if (!plan.left_out.empty()) {
+    out += " left out";
+    for (int rank : plan.left_out) out += " " + std::to_string(rank);
+  }
   return out;
+}
+
+// The case's training settings, from their own stream so that the clusters, models and sequence
+// lengths of case c do not depend on them.
+Workload TrainingSettings(uint64_t seed, int c, int64_t seq_len) {
+  std::mt19937_64 rng(seed * 1000003 + static_cast<uint64_t>(c));
+  // Weighted towards the settings that need the least memory: most draws fit nothing on 2-3 GPUs.
+  const int batches[] = {2, 3, 4, 8};
+  const int stages[] = {0, 1, 2, 2, 3, 3, 3, 3};
+  const Recompute policies[] = {Recompute::kNone, Recompute::kSelective, Recompute::kFull,
+                                Recompute::kFull};
+  Workload w;
+  w.seq_len = seq_len;
+  w.batch = batches[rng() % 4];
+  w.zero_stage = stages[rng() % 8];
+  w.recompute = policies[rng() % 4];
+  return w;
 }
 
 int main(int argc, char** argv) {
@@ -75,14 +104,16 @@ int main(int argc, char** argv) {
     const int ranks = 2 + static_cast<int>(rng() % (kExactMaxRanks - 1));
     Cluster cluster = sched_test::RandomSmallCluster(rng, ranks);
     const ModelSpec model_spec = sched_test::Model(models[rng() % 7]);
-    Workload w;
-    w.seq_len = int64_t{1} << (14 + rng() % 5);
+    const int64_t seq_len = int64_t{1} << (14 + rng() % 5);
     if (!only.empty() && !only.count(c)) continue;
+    const Workload w = TrainingSettings(seed, c, seq_len);
     CostModel model(cluster, model_spec, w);
     std::string desc;
     for (const NodeKind& k : cluster.kinds)
       desc += std::to_string(k.count) + "x" + std::to_string(k.gpus_per_node) + "x" +
               k.device.name + " ";
+    desc += "b" + std::to_string(w.batch) + " z" + std::to_string(w.zero_stage) + " " +
+            RecomputeName(w.recompute) + " ";
     auto t0 = std::chrono::steady_clock::now();
     auto s = Schedule(model);
     auto t1 = std::chrono::steady_clock::now();
@@ -108,13 +139,11 @@ int main(int argc, char** argv) {
       std::printf("ERROR: invalid plan in case %d\n", c);
       return 1;
     }
-    Layout scheduled;
-    const ExactDomainResult domain = ExactDomainOptimum(model, exact_options);
+    const ExactTrainingResult domain = ExactTrainingOptimum(model, exact_options);
     double snapped = 0;
-    if (LayoutFromPlan(s->plan, scheduled)) {
-      const Layout snap = SnapToExactDomain(scheduled, w.seq_len);
-      const PlanCost cost = model.Evaluate(BuildPlan(model, snap, "snapped", ""));
-      snapped = cost.feasible ? cost.iteration_seconds / domain.cost.iteration_seconds - 1 : 0;
+    if (const auto snap = SnapPlanToExactDomain(model, s->plan)) {
+      const PlanCost cost = model.Evaluate(*snap);
+      snapped = cost.feasible ? cost.iteration_seconds / domain.best.cost.iteration_seconds - 1 : 0;
       if (cost.feasible) snapped_gaps.push_back(snapped);
       if (cost.feasible && snapped < -1e-9) {
         std::printf(
@@ -123,14 +152,14 @@ int main(int argc, char** argv) {
       }
     }
     const double gap = s->cost.iteration_seconds / e->cost.iteration_seconds - 1;
-    const double domain_gap = s->cost.iteration_seconds / domain.cost.iteration_seconds - 1;
+    const double domain_gap = s->cost.iteration_seconds / domain.best.cost.iteration_seconds - 1;
     gaps.push_back(gap);
     domain_gaps.push_back(domain_gap);
     std::printf(
         "%-5d %-5d %-12s %-8lld %-12.5g %-12.5g %-12.5g %-8.3f %-8.3f %-8.3f %-9lld %-8.2f %s| "
         "%s\n",
         c, ranks, model_spec.name.c_str(), static_cast<long long>(w.seq_len),
-        s->cost.iteration_seconds, e->cost.iteration_seconds, domain.cost.iteration_seconds,
+        s->cost.iteration_seconds, e->cost.iteration_seconds, domain.best.cost.iteration_seconds,
         100 * gap, 100 * domain_gap, 100 * snapped, static_cast<long long>(domain.evaluated),
         std::chrono::duration<double>(t2 - t1).count(), desc.c_str(), s->config.c_str());
     if (!only.empty())  // the plans of the listed cases, member by member

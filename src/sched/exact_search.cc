@@ -1,5 +1,6 @@
-// The exact search (strategy "exact"): the optimum of the cost model over a stated domain, found
-// by exhaustive enumeration with sound pruning, then refined outside the domain by the descent.
+// The exact search's one-replica domain (strategy "exact"; exact_training.cc adds replicas,
+// left-out ranks and the batch split on top): the optimum of the cost model over a stated domain,
+// found by exhaustive enumeration with sound pruning.
 //
 // The domain (kExactMaxRanks, kExactGroupSteps, kExactMemberSteps in scheduler.h; tests may pass a
 // coarser ExactGrid):
@@ -18,7 +19,7 @@
 // and the cost-model properties the bounds rest on):
 //  - symmetry: ranks on the same node are identical (same device, same links), so structures that
 //    map onto the same sequence of node ids are scored once;
-//  - a compute bound: no plan is faster than its busiest rank's compute (iteration >= linear +
+//  - a compute bound: no plan is faster than its busiest rank's compute (busy time >= linear +
 //    attention seconds of every rank); for fixed group ranges a rank's linear seconds are
 //    proportional to its tokens and its attention seconds to its heads, with coefficients taken
 //    from the cost model on a probe plan. Choices whose bound is not below the best plan found so
@@ -26,10 +27,12 @@
 //  - a memory bound: a rank's memory is model state + a part growing with its tokens + a part
 //    growing with its heads and KV heads, probed the same way; a choice that cannot fit is
 //    skipped.
-// The domain optimum is then refined outside the grid (the class-level sequence search, which
-// also moves front and back chunks apart, then the 1-token descent) from it, from the best
-// point of up to kRunnerUps other (structure, head split) pairs within kRunnerUpMargin of it, and
-// from each baseline.
+// The objective is the replica's busy time (the iteration without the exposed gradient sync): the
+// sync depends only on the participants (every rank of the cluster here, idle ones included) and
+// never falls when the busy time grows, so the busy-time optimum is also the iteration optimum,
+// and it is what a replica of a larger plan needs (exact_training.cc). The optimum and the best
+// point of up to kRunnerUps other (structure, head split) pairs within kRunnerUpMargin of it are
+// refinement starts for exact_training.cc.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -48,8 +51,6 @@ using namespace sched_internal;
 // A bound within this relative margin of the incumbent still prunes (floating-point slack of
 // the proportional coefficients; far below any difference the benches report).
 constexpr double kBoundSlack = 1e-9;
-constexpr int64_t kExactDescentTrials = 20000;  // refinement outside the domain
-constexpr int kExactClassEvaluations = 200;     // class-level sequence search before each descent
 // Runners-up: the best point of each other (structure, head split) within this fraction of the
 // optimum is kept (the bounds prune only above it), and the best kRunnerUps of them are refined.
 constexpr double kRunnerUpMargin = 0.03;
@@ -122,11 +123,22 @@ void AddMemberOrders(const Cluster& cluster, std::vector<std::vector<int>> group
 
 namespace sched_internal {
 
-std::vector<Structure> ExactStructures(const Cluster& cluster) {
-  const int n = cluster.num_ranks();
+std::vector<std::vector<std::vector<int>>> SetPartitions(int n) {
   std::vector<std::vector<std::vector<int>>> partitions;
   std::vector<int> label(n, 0);
-  Partitions(n, label, 0, 0, partitions);
+  if (n > 0) Partitions(n, label, 0, 0, partitions);
+  return partitions;
+}
+
+bool BusyBetter(const PlanCost& a, const PlanCost& b) {
+  if (a.feasible != b.feasible) return a.feasible;
+  if (a.feasible) return BusySeconds(a) < BusySeconds(b);
+  return a.max_memory_fraction < b.max_memory_fraction;
+}
+
+std::vector<Structure> ExactStructures(const Cluster& cluster) {
+  const int n = cluster.num_ranks();
+  const std::vector<std::vector<std::vector<int>>> partitions = SetPartitions(n);
   std::set<std::vector<int>> seen;
   std::vector<Structure> out;
   for (const auto& partition : partitions) {
@@ -200,13 +212,6 @@ Layout SnapToExactDomain(const Layout& layout, int64_t seq_len, const ExactGrid&
 
 namespace {
 
-// Feasible first, then iteration time; among infeasible plans the smaller memory overshoot.
-bool Better(const PlanCost& a, const PlanCost& b) {
-  if (a.feasible != b.feasible) return a.feasible;
-  if (a.feasible) return a.iteration_seconds < b.iteration_seconds;
-  return a.max_memory_fraction < b.max_memory_fraction;
-}
-
 // One group's choice of member token steps and heads, with its compute lower bound.
 struct MemberChoice {
   double bound = 0;
@@ -224,7 +229,7 @@ struct Incumbent {
   // kRunnerUpMargin of the best at the time it was found.
   std::map<std::pair<size_t, std::vector<std::vector<int>>>, std::pair<double, Layout>> runners;
   double Limit() const {  // bounds at or above this cannot improve nor be a runner-up
-    return have && cost.feasible ? cost.iteration_seconds * (1 + kRunnerUpMargin)
+    return have && cost.feasible ? BusySeconds(cost) * (1 + kRunnerUpMargin)
                                  : std::numeric_limits<double>::infinity();
   }
 };
@@ -383,13 +388,12 @@ class GridSearch {
                                 member_heads_);
     const PlanCost cost = model_.Evaluate(BuildPlan(model_, layout, "exact", ""));
     ++best_.evaluated;
-    if (cost.feasible && cost.iteration_seconds <= best_.Limit()) {
-      auto [it, added] = best_.runners.try_emplace({best_.structure, member_heads_},
-                                                   cost.iteration_seconds, layout);
-      if (!added && cost.iteration_seconds < it->second.first)
-        it->second = {cost.iteration_seconds, layout};
+    const double busy = BusySeconds(cost);
+    if (cost.feasible && busy <= best_.Limit()) {
+      auto [it, added] = best_.runners.try_emplace({best_.structure, member_heads_}, busy, layout);
+      if (!added && busy < it->second.first) it->second = {busy, layout};
     }
-    if (!best_.have || Better(cost, best_.cost)) {
+    if (!best_.have || BusyBetter(cost, best_.cost)) {
       best_.have = true;
       best_.cost = cost;
       best_.layout = std::move(layout);
@@ -442,72 +446,12 @@ ExactDomainResult ExactDomainOptimum(const CostModel& model, const ScheduleOptio
                    [](const auto& a, const auto& b) { return a.first < b.first; });
   for (auto& [seconds, layout] : runners) {
     if (static_cast<int>(result.runners_up.size()) >= kRunnerUps) break;
-    if (seconds <= best.cost.iteration_seconds * (1 + kRunnerUpMargin) &&
-        !(layout == result.layout))
+    if (seconds <= BusySeconds(best.cost) * (1 + kRunnerUpMargin) && !(layout == result.layout))
       result.runners_up.push_back(std::move(layout));
   }
   return result;
 }
 
 }  // namespace sched_internal
-
-namespace {
-
-// Descent outside the domain from `start`; the result replaces `best` when its full score is
-// better (the descent's incremental score may differ from the full one in the last digits).
-void RefineInto(const CostModel& model, Layout start, const Clock& clock, Layout& best,
-                PlanCost& best_cost) {
-  PlanState state(model, ClassSearch(model, std::move(start), kExactClassEvaluations, clock));
-  Descend(state, kExactDescentTrials, [&] { return clock.Expired(); });
-  const PlanCost cost = model.Evaluate(BuildPlan(model, state.layout(), "exact", ""));
-  if (Better(cost, best_cost)) {
-    best_cost = cost;
-    best = state.layout();
-  }
-}
-
-}  // namespace
-
-Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions& options) {
-  const int n = model.cluster().num_ranks();
-  if (n > kExactMaxRanks)
-    return NotSupported("--strategy exact: the cluster has " + std::to_string(n) +
-                        " ranks; the exhaustive search supports at most " +
-                        std::to_string(kExactMaxRanks) + " (hint: use --strategy hexiseq)");
-  const ExactDomainResult domain = ExactDomainOptimum(model, options);
-  Clock clock(options.time_limit_seconds);
-  Layout best = domain.layout;
-  PlanCost best_cost = domain.cost;
-  if (!domain.found) {  // every point of the domain was cut by the memory bound
-    best_cost.feasible = false;
-    best_cost.max_memory_fraction = std::numeric_limits<double>::infinity();
-  } else {
-    // Outside the domain: 1-token descent from the domain optimum and the runners-up ...
-    RefineInto(model, domain.layout, clock, best, best_cost);
-    for (const Layout& start : domain.runners_up) RefineInto(model, start, clock, best, best_cost);
-  }
-  // ... and from each baseline plan.
-  for (const StrategyResult& b : AllBaselines(model)) {
-    Layout layout;
-    if (b.applicable && LayoutFromPlan(b.plan, layout))
-      RefineInto(model, std::move(layout), clock, best, best_cost);
-  }
-  if (best.empty())
-    return Infeasible(options.explain_infeasible ? ExplainInfeasible(model)
-                                                 : "no plan fits memory");
-  const bool refined = !(best == domain.layout);
-  const std::string config =
-      std::string(domain.complete ? "exhaustive" : "exhaustive, time limit reached") +
-      (refined ? " + descent" : "");
-  StrategyResult result = Score(model, BuildPlan(model, best, "exact", config), config);
-  result.strategy = "exact";
-  if (options.progress) options.progress(1);
-  if (!result.cost.feasible)
-    return Infeasible(options.explain_infeasible
-                          ? ExplainInfeasible(model)
-                          : "no plan of the exact search's domain fits memory: " +
-                                result.cost.infeasible_reason);
-  return result;
-}
 
 }  // namespace hexiseq

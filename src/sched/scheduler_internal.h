@@ -66,6 +66,14 @@ struct ExactGrid {
   int member_steps = kExactMemberSteps;  // member tokens in multiples of 1 / this of the group's
 };
 
+// Every set partition of {0, ..., n-1}, blocks in order of their smallest element (restricted
+// growth strings); none for n = 0.
+std::vector<std::vector<std::vector<int>>> SetPartitions(int n);
+// A one-replica plan's busy time: its iteration without the exposed gradient sync.
+inline double BusySeconds(const PlanCost& cost) { return cost.replica_busy_seconds.front(); }
+// Feasible first, then busy time; among infeasible plans the smaller memory overshoot.
+bool BusyBetter(const PlanCost& a, const PlanCost& b);
+
 // Every structure of the domain (set partition, optional idle block, order of the active groups,
 // member order in each group), one per class of structures equal up to swapping ranks of a node.
 std::vector<Structure> ExactStructures(const Cluster& cluster);
@@ -80,7 +88,7 @@ Layout ExactLayout(const Structure& structure, const std::vector<int>& group_ste
 struct ExactDomainResult {
   bool found = false;     // at least one point scored
   bool complete = false;  // false when the time limit cut the enumeration
-  PlanCost cost;          // the optimum: feasible first, then iteration time
+  PlanCost cost;          // the optimum: feasible first, then busy time (BusyBetter)
   Layout layout;
   // The best points of other structures within a few % of the optimum, best first (refinement
   // starts: outside the grid another structure may win).
@@ -88,12 +96,35 @@ struct ExactDomainResult {
   int64_t structures = 0;  // distinct structures enumerated
   int64_t evaluated = 0;   // domain points scored in full (the rest were pruned by the bound)
 };
-// The optimum of the cost model over the domain (exhaustive with exact pruning).
+// The optimum of the cost model over the one-replica domain on the model's whole cluster
+// (exhaustive with exact pruning), by busy time: for one replica also the iteration optimum.
 ExactDomainResult ExactDomainOptimum(const CostModel& model, const ScheduleOptions& options,
                                      const ExactGrid& grid = {});
 // The nearest domain point to a layout: same groups, orders and heads; the idle ranks merged
 // into one idle group at the end; group and member tokens rounded onto the grid (every active
 // group keeps at least one step).
 Layout SnapToExactDomain(const Layout& layout, int64_t seq_len, const ExactGrid& grid = {});
+
+// ---- The exact search over training shapes (exact_training.cc): which ranks take part, their
+// partition into data-parallel replicas, the batch split; each replica the one-replica domain
+// optimum of its sub-cluster.
+struct ExactTrainingResult {
+  bool found = false;     // some shape has a plan in the domain (feasible or not)
+  bool complete = true;   // false when the time limit cut an enumeration
+  StrategyResult best;    // the optimum over the domain, scored on the world (strategy "exact")
+  int64_t shapes = 0;     // (participants, replica partition) pairs enumerated
+  int64_t evaluated = 0;  // domain points scored in full, over every replica search
+};
+ExactTrainingResult ExactTrainingOptimum(const CostModel& model, const ScheduleOptions& options,
+                                         const ExactGrid& grid = {});
+// The batch split minimising the slowest replica's busy time, replica r taking b_r x
+// per_sequence[r] for 1 <= b_r <= cap sequences (one sequence at a time to the replica that
+// would finish first; exact for this min-max). REQUIRES: cap x replicas >= batch >= replicas.
+std::vector<int> CappedMinMaxSplit(int batch, const std::vector<double>& per_sequence, int cap);
+// A plan (any replicas) rounded onto the domain grid replica by replica (SnapToExactDomain of each
+// replica's groups; left-out ranks and the batch split kept); nullopt when a replica does not
+// have the layout form.
+std::optional<Plan> SnapPlanToExactDomain(const CostModel& model, const Plan& plan,
+                                          const ExactGrid& grid = {});
 
 }  // namespace hexiseq::sched_internal

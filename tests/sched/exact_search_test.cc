@@ -17,9 +17,9 @@ namespace {
 using sched_internal::BuildPlan;
 using sched_internal::ExactDomainOptimum;
 using sched_internal::ExactGrid;
+using sched_internal::ExactTrainingOptimum;
 using sched_internal::Layout;
-using sched_internal::LayoutFromPlan;
-using sched_internal::SnapToExactDomain;
+using sched_internal::SnapPlanToExactDomain;
 
 // A coarser grid than the default, so that the brute force stays at a few seconds; the test
 // sequence lengths are multiples of 16 x 12.
@@ -110,34 +110,25 @@ Plan BruteForcePlan(const CostModel& model, const ExactGrid& grid,
   return plan;
 }
 
-// The domain, enumerated without symmetry or bounds: every permutation of the ranks cut into
-// consecutive groups (members in permutation order), optionally the last group idle; group
-// steps, member steps and heads as stated. REQUIRES: S a multiple of group steps x member steps
-// (no rounding).
-BruteForce BruteForceDomain(const CostModel& model, const ExactGrid& grid) {
-  const int n = model.cluster().num_ranks(), heads = model.model().heads;
+// Every plan of the one-replica domain over the world ranks `ranks` (every other rank left out),
+// enumerated without symmetry or bounds: every permutation of the ranks cut into consecutive
+// groups (members in permutation order), optionally the last group idle; group steps, member
+// steps and heads as stated. REQUIRES: S a multiple of group steps x member steps (no rounding).
+void ForEachDomainPlan(const CostModel& model, const ExactGrid& grid, std::vector<int> ranks,
+                       const std::function<void(Plan&)>& visit) {
+  const int n = static_cast<int>(ranks.size()), heads = model.model().heads;
   EXPECT_EQ(model.workload().seq_len % (grid.group_steps * grid.member_steps), 0);
-  BruteForce out;
-  auto score = [&](const Plan& plan) {
-    auto valid = Validate(plan, model.cluster(), model.model());
-    EXPECT_TRUE(valid) << (valid ? "" : valid.error().message);
-    const PlanCost cost = model.Evaluate(plan);
-    ++out.points;
-    out.infeasible += !cost.feasible;
-    if (cost.feasible && (!out.have || cost.iteration_seconds < out.best.iteration_seconds)) {
-      out.best = cost;
-      out.have = true;
-    }
-  };
-  std::vector<int> perm(n);
-  std::iota(perm.begin(), perm.end(), 0);
+  std::vector<int> left_out;
+  for (int rank = 0; rank < model.cluster().num_ranks(); ++rank)
+    if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) left_out.push_back(rank);
+  std::sort(ranks.begin(), ranks.end());
   do {
     for (int cuts = 1; cuts <= n; ++cuts)
       ForEachComposition(n, cuts, 1, [&](const std::vector<int>& sizes) {
         std::vector<std::vector<int>> groups;
         int at = 0;
         for (int size : sizes) {
-          groups.emplace_back(perm.begin() + at, perm.begin() + at + size);
+          groups.emplace_back(ranks.begin() + at, ranks.begin() + at + size);
           at += size;
         }
         for (int idle_last = 0; idle_last <= (cuts > 1 ? 1 : 0); ++idle_last) {
@@ -146,8 +137,10 @@ BruteForce BruteForceDomain(const CostModel& model, const ExactGrid& grid) {
             std::vector<std::vector<int>> member_steps(active), member_heads(active);
             std::function<void(int)> choose = [&](int g) {  // member steps and heads per group
               if (g == active) {
-                return score(BruteForcePlan(model, grid, groups, idle_last, steps, member_steps,
-                                            member_heads));
+                Plan plan = BruteForcePlan(model, grid, groups, idle_last, steps, member_steps,
+                                           member_heads);
+                plan.left_out = left_out;
+                return visit(plan);
               }
               const int m = static_cast<int>(groups[g].size());
               ForEachComposition(grid.member_steps, m, 0, [&](const std::vector<int>& ms) {
@@ -162,7 +155,86 @@ BruteForce BruteForceDomain(const CostModel& model, const ExactGrid& grid) {
           });
         }
       });
-  } while (std::next_permutation(perm.begin(), perm.end()));
+  } while (std::next_permutation(ranks.begin(), ranks.end()));
+}
+
+// Scores one brute-force plan into `out` (validated first).
+void ScoreInto(const CostModel& model, const Plan& plan, BruteForce& out) {
+  auto valid = Validate(plan, model.cluster(), model.model());
+  EXPECT_TRUE(valid) << (valid ? "" : valid.error().message);
+  const PlanCost cost = model.Evaluate(plan);
+  ++out.points;
+  out.infeasible += !cost.feasible;
+  if (cost.feasible && (!out.have || cost.iteration_seconds < out.best.iteration_seconds)) {
+    out.best = cost;
+    out.have = true;
+  }
+}
+
+// The one-replica domain over every rank.
+BruteForce BruteForceDomain(const CostModel& model, const ExactGrid& grid) {
+  BruteForce out;
+  std::vector<int> all(model.cluster().num_ranks());
+  std::iota(all.begin(), all.end(), 0);
+  ForEachDomainPlan(model, grid, all, [&](const Plan& plan) { ScoreInto(model, plan, out); });
+  return out;
+}
+
+// Every assignment of `ranks` to replica labels 0..k-1 in restricted-growth form (a set
+// partition each), with at most `max_blocks` blocks.
+void ForEachReplicaPartition(
+    const std::vector<int>& ranks, int max_blocks,
+    const std::function<void(const std::vector<std::vector<int>>&)>& visit) {
+  std::vector<std::vector<int>> blocks;
+  std::function<void(size_t)> place = [&](size_t index) {
+    if (index == ranks.size()) return visit(blocks);
+    for (size_t block = 0; block <= blocks.size(); ++block) {
+      if (block == blocks.size()) {
+        if (static_cast<int>(blocks.size()) >= max_blocks) break;
+        blocks.emplace_back();
+      }
+      blocks[block].push_back(ranks[index]);
+      place(index + 1);
+      blocks[block].pop_back();
+      if (blocks[block].empty()) blocks.pop_back();
+    }
+  };
+  place(0);
+}
+
+// The training domain over the joint space, scored as whole plans: every set of participating
+// ranks, every partition of it into at most `batch` replicas, every split of the batch (each
+// replica >= 1 sequence) and, together, every domain plan of every replica over its own ranks.
+BruteForce BruteForceTraining(const CostModel& model, const ExactGrid& grid) {
+  const int n = model.cluster().num_ranks(), batch = model.workload().batch;
+  BruteForce out;
+  for (int mask = 1; mask < (1 << n); ++mask) {
+    std::vector<int> participants;
+    for (int rank = 0; rank < n; ++rank)
+      if (mask & (1 << rank)) participants.push_back(rank);
+    ForEachReplicaPartition(participants, batch, [&](const std::vector<std::vector<int>>& blocks) {
+      const int replicas = static_cast<int>(blocks.size());
+      if (replicas == 1) {
+        ForEachDomainPlan(model, grid, blocks[0], [&](const Plan& p) { ScoreInto(model, p, out); });
+        return;
+      }
+      std::vector<std::vector<Plan>> options(replicas);
+      for (int r = 0; r < replicas; ++r)
+        ForEachDomainPlan(model, grid, blocks[r], [&](const Plan& p) { options[r].push_back(p); });
+      ForEachComposition(batch, replicas, 1, [&](const std::vector<int>& split) {
+        std::vector<Plan> chosen(replicas);
+        std::function<void(int)> pick = [&](int r) {
+          if (r == replicas) return ScoreInto(model, MergeReplicas(chosen), out);
+          for (const Plan& option : options[r]) {
+            chosen[r] = option;
+            chosen[r].batch = split[r];
+            pick(r + 1);
+          }
+        };
+        pick(0);
+      });
+    });
+  }
   return out;
 }
 
@@ -233,6 +305,88 @@ TEST(ExactSearch, DomainOptimumEqualsBruteForceWithIdenticalRanks) {
   }
 }
 
+// Replicas, left-out ranks and the batch split: on 2- and 3-GPU clusters at batch 2-4 under
+// ZeRO-1 and ZeRO-3 (where the busiest replica's sequences set the sync rounds) and each
+// recompute policy, the exact search's training optimum equals a brute force over the joint space
+// (every participant set, replica partition, batch split and replica layouts together), to the
+// last digits; with two identical GPUs on one node too.
+TEST(ExactSearch, TrainingOptimumEqualsJointBruteForce) {
+  std::mt19937_64 rng(11);
+  struct Case {
+    int ranks;
+    int64_t seq;
+    int batch, zero;
+    Recompute recompute;
+    double reserve;
+  };
+  const Case cases[] = {{2, 24576, 4, 3, Recompute::kFull, 0.1},
+                        {3, 12288, 3, 3, Recompute::kNone, 0.1},
+                        {3, 49152, 2, 1, Recompute::kSelective, 0.1},
+                        {3, 98304, 3, 3, Recompute::kFull, 0.6},
+                        {2, 196608, 3, 1, Recompute::kNone, 0.1}};
+  int compared = 0, several = 0, left_out = 0;
+  auto check = [&](const Cluster& cluster, const Case& c) {
+    Workload w;
+    w.seq_len = c.seq;
+    w.batch = c.batch;
+    w.zero_stage = c.zero;
+    w.recompute = c.recompute;
+    w.memory_reserve = c.reserve;
+    CostModel model(cluster, FewHeads(4, 2), w);
+    const BruteForce brute = BruteForceTraining(model, kTestGrid);
+    const auto exact = sched_internal::ExactTrainingOptimum(model, {}, kTestGrid);
+    ASSERT_TRUE(exact.complete);
+    const bool exact_fits = exact.found && exact.best.feasible();
+    ASSERT_EQ(brute.have, exact_fits) << "seq " << c.seq << ", " << brute.points << " points";
+    if (!brute.have) return;
+    ++compared;
+    several += NumReplicas(exact.best.plan) > 1;
+    left_out += !exact.best.plan.left_out.empty();
+    ASSERT_TRUE(Validate(exact.best.plan, cluster, model.model()));
+    EXPECT_NEAR(exact.best.cost.iteration_seconds / brute.best.iteration_seconds, 1.0, 1e-12)
+        << "seq " << c.seq << " batch " << c.batch << " zero " << c.zero;
+  };
+  for (const Case& c : cases) check(sched_test::RandomSmallCluster(rng, c.ranks), c);
+  check(PairAndOne("A100-40G", "H100-SXM"), {3, 49152, 3, 3, Recompute::kFull, 0.1});
+  // Two GPUs of unequal speed under ZeRO-3, where the sync rounds (the busiest replica's
+  // sequences) make the even split 2 + 2 beat the min-max split of the busy times (3 + 1, 44%
+  // slower).
+  check(MakeCluster({sched_test::Device("H100-SXM"), sched_test::Device("A100-SXM-80G")}, {1, 1}, 1,
+                    10e9),
+        {2, 12288, 4, 3, Recompute::kNone, 0.1});
+  EXPECT_GE(compared, 4);
+  EXPECT_GE(several, 1);   // some optimum has several replicas ...
+  EXPECT_GE(left_out, 1);  // ... and some leaves a rank out
+}
+
+// The capped min-max split against every split: the smallest slowest-replica time among the
+// splits with every replica at most `cap` sequences.
+TEST(ExactSearch, CappedMinMaxSplitIsTheBestSplitUnderTheCap) {
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<double> seconds(0.5, 3.0);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int replicas = 1 + static_cast<int>(rng() % 3);
+    const int batch = replicas + static_cast<int>(rng() % 7);
+    const int cap = (batch + replicas - 1) / replicas + static_cast<int>(rng() % 3);
+    std::vector<double> per_sequence(replicas);
+    for (double& t : per_sequence) t = seconds(rng);
+    auto slowest = [&](const std::vector<int>& split) {
+      double worst = 0;
+      for (int r = 0; r < replicas; ++r) worst = std::max(worst, split[r] * per_sequence[r]);
+      return worst;
+    };
+    double best = std::numeric_limits<double>::infinity();
+    ForEachComposition(batch, replicas, 1, [&](const std::vector<int>& split) {
+      if (*std::max_element(split.begin(), split.end()) <= cap)
+        best = std::min(best, slowest(split));
+    });
+    const std::vector<int> split = sched_internal::CappedMinMaxSplit(batch, per_sequence, cap);
+    EXPECT_EQ(std::accumulate(split.begin(), split.end(), 0), batch);
+    EXPECT_LE(*std::max_element(split.begin(), split.end()), cap);
+    EXPECT_DOUBLE_EQ(slowest(split), best) << "trial " << trial;
+  }
+}
+
 // Member 0 of group 0: memory >= (its tokens, no heads) + (no tokens, heads 0..h-1) - (neither),
 // the exact search's memory bound.
 void ExpectMemoryBound(const CostModel& model, const Plan& plan) {
@@ -252,9 +406,10 @@ void ExpectMemoryBound(const CostModel& model, const Plan& plan) {
 }
 
 // The bounds rest on three properties of the cost model, checked here on random plans of the
-// domain: the iteration is no faster than any rank's compute; for fixed group ranges a rank's
-// linear seconds are proportional to its tokens and its attention seconds to its heads; its
-// memory is model state + a token part + a head part (additive).
+// domain: the busy time (the iteration without the exposed sync) is no less than any rank's
+// compute; for fixed group ranges a rank's linear seconds are proportional to its tokens and its
+// attention seconds to its heads; its memory is model state + a token part + a head part
+// (additive).
 TEST(ExactSearch, CostModelPropertiesTheBoundsRelyOn) {
   std::mt19937_64 rng(9);
   Cluster cluster = sched_test::RandomSmallCluster(rng, 3);
@@ -294,7 +449,7 @@ TEST(ExactSearch, CostModelPropertiesTheBoundsRelyOn) {
     g0.heads[1] += moved_heads;
     const PlanCost cost2 = model.Evaluate(BuildPlan(model, other, "t", ""));
     for (const RankCost& rc : cost.ranks)
-      EXPECT_LE(rc.compute_seconds(), cost.iteration_seconds * (1 + 1e-12));
+      EXPECT_LE(rc.compute_seconds(), sched_internal::BusySeconds(cost) * (1 + 1e-12));
     ExpectMemoryBound(model, plan);
     const int rank = g0.ranks[0];
     const RankCost &a = cost.ranks[rank], &b = cost2.ranks[rank];
@@ -310,38 +465,44 @@ TEST(ExactSearch, CostModelPropertiesTheBoundsRelyOn) {
   EXPECT_GE(checked, 50);
 }
 
-// The scheduler's plan rounded onto a grid, as a point of the domain.
+// The scheduler's plan rounded onto a grid replica by replica, as a point of the domain.
 PlanCost SnappedScheduler(const CostModel& model, const Plan& scheduled, const ExactGrid& grid) {
-  Layout layout;
-  EXPECT_TRUE(LayoutFromPlan(scheduled, layout));
-  const Plan snapped =
-      BuildPlan(model, SnapToExactDomain(layout, model.workload().seq_len, grid), "snapped", "");
-  EXPECT_TRUE(Validate(snapped, model.cluster(), model.model()));
-  return model.Evaluate(snapped);
+  const std::optional<Plan> snapped = SnapPlanToExactDomain(model, scheduled, grid);
+  EXPECT_TRUE(snapped.has_value());
+  if (!snapped) return PlanCost{};
+  EXPECT_EQ(snapped->left_out, scheduled.left_out);
+  EXPECT_EQ(NumReplicas(*snapped), NumReplicas(scheduled));
+  EXPECT_TRUE(Validate(*snapped, model.cluster(), model.model()));
+  return model.Evaluate(*snapped);
 }
 
-// Random small clusters and real models: the scheduler's plan, rounded onto the (test) grid, is
-// never better than the domain optimum over that grid.
+// Random small clusters, real models, batch 1-4 and random ZeRO stages: the scheduler's plan
+// (replicas and left-out ranks included), rounded onto the (test) grid, is never better than the
+// domain optimum over that grid.
 TEST(ExactSearch, SchedulerOnTheGridNeverBeatsTheDomainOptimum) {
   std::mt19937_64 rng(17);
   const char* models[] = {"llama3.2-3b", "llama3-8b", "gpt-3b", "llama2-7b"};
-  int compared = 0;
+  int compared = 0, several = 0;
   for (int c = 0; c < 12; ++c) {
     const int ranks = 2 + static_cast<int>(rng() % (kExactMaxRanks - 1));
     Cluster cluster = sched_test::RandomSmallCluster(rng, ranks);
     Workload w;
     w.seq_len = int64_t{1} << (14 + rng() % 3);
+    w.batch = 1 + static_cast<int>(rng() % 4);
+    w.zero_stage = 1 + static_cast<int>(rng() % 3);
     CostModel model(cluster, sched_test::Model(models[rng() % 4]), w);
     auto scheduled = Schedule(model);
-    const auto domain = ExactDomainOptimum(model, {}, kTestGrid);
-    if (!scheduled || !domain.found) continue;
+    const auto domain = ExactTrainingOptimum(model, {}, kTestGrid);
+    if (!scheduled || !domain.found || !domain.best.feasible()) continue;
     const PlanCost snapped = SnappedScheduler(model, scheduled->plan, kTestGrid);
     if (!snapped.feasible) continue;
     ++compared;
-    EXPECT_GE(snapped.iteration_seconds, domain.cost.iteration_seconds * (1 - 1e-12))
+    several += NumReplicas(scheduled->plan) > 1 || !scheduled->plan.left_out.empty();
+    EXPECT_GE(snapped.iteration_seconds, domain.best.cost.iteration_seconds * (1 - 1e-12))
         << "case " << c;
   }
   EXPECT_GE(compared, 5);
+  EXPECT_GE(several, 1);  // some scheduled plan has replicas or left-out ranks
 }
 
 // --strategy exact on the default domain: its plan validates, is no worse than the scheduler's
@@ -354,6 +515,7 @@ TEST(ExactSearch, ExactPlanValidatesAndIsDeterministic) {
     Cluster cluster = sched_test::RandomSmallCluster(rng, ranks);
     Workload w;
     w.seq_len = 65536;
+    w.batch = ranks;
     CostModel model(cluster, sched_test::Model("llama3.2-3b"), w);
     auto exact = ExactSearch(model);
     auto scheduled = Schedule(model);

@@ -302,8 +302,10 @@ void AddPlanningCommands(CLI::App& app, Actions& actions) {
       "hexiseq|exact|ring|ulysses|usp|hetero-ring|subset. exact: the cost model's optimum, on "
       "clusters of at most " +
       std::to_string(kExactMaxRanks) +
-      " GPUs, over every grouping (one group may idle), group order, member order and "
-      "whole-head split; group tokens in multiples of S/" +
+      " GPUs, over every set of ranks left out, partition of the rest into data-parallel "
+      "replicas and batch split, and per replica every grouping (one group may idle), group "
+      "order, member order and whole-head split, at the chosen ZeRO stage and recompute policy; "
+      "group tokens in multiples of S/" +
       std::to_string(kExactGroupSteps) +
       " (mirrored front and back chunks), member tokens in multiples of 1/" +
       std::to_string(kExactMemberSteps) +

@@ -130,6 +130,25 @@ std::vector<std::vector<std::vector<int>>> SetPartitions(int n) {
   return partitions;
 }
 
+std::vector<std::vector<std::vector<int>>> ReplicaShapes(int num_ranks, int batch) {
+  std::vector<std::vector<std::vector<int>>> shapes;
+  for (int mask = 1; mask < (1 << num_ranks); ++mask) {
+    std::vector<int> participants;
+    for (int rank = 0; rank < num_ranks; ++rank)
+      if (mask & (1 << rank)) participants.push_back(rank);
+    for (const auto& partition : SetPartitions(static_cast<int>(participants.size()))) {
+      if (static_cast<int>(partition.size()) > batch) continue;
+      std::vector<std::vector<int>> replicas;
+      for (const std::vector<int>& block : partition) {
+        replicas.emplace_back();
+        for (int index : block) replicas.back().push_back(participants[index]);
+      }
+      shapes.push_back(std::move(replicas));
+    }
+  }
+  return shapes;
+}
+
 bool BusyBetter(const PlanCost& a, const PlanCost& b) {
   if (a.feasible != b.feasible) return a.feasible;
   if (a.feasible) return BusySeconds(a) < BusySeconds(b);

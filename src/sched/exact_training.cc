@@ -11,10 +11,10 @@
 //    depends only on the participants, X and (ZeRO-3) the sequences M of the busiest replica, and
 //    the iteration never falls when X or M grows.
 // So each replica's layout minimises its one-sequence busy time, and for each bound M on a
-// replica's sequences the capped min-max split minimises X: every M is tried under ZeRO-3, only
-// M = batch otherwise. tests/sched/exact_search_test.cc checks the result against a brute force
-// over the joint space (every left-out set, replica partition, batch split and every replica's
-// domain points together, scored as whole plans).
+// replica's sequences the capped min-max split (MinMaxBatchSplit) minimises X: every M is tried
+// under ZeRO-3 (CandidateBatchSplits), only M = batch otherwise. tests/sched/exact_search_test.cc
+// checks the result against a brute force over the joint space (every left-out set, replica
+// partition, batch split and every replica's domain points together, scored as whole plans).
 //
 // Identical sub-clusters (same devices, links and sharding) are searched once. Refinement: the
 // replicas of every shape within kRefineMargin of the best (at most kRefinedShapes) are refined
@@ -27,8 +27,8 @@
 #include <limits>
 #include <optional>
 
+#include "sched/replica_search.h"
 #include "sched/scheduler.h"
-#include "sched/scheduler_internal.h"
 #include "sched/subcluster.h"
 
 namespace hexiseq {
@@ -89,27 +89,6 @@ struct Shape {
   StrategyResult result;  // the shape at its best batch split, scored on the world
 };
 
-// Every (participants, partition into at most `batch` replicas), in a fixed order: participant
-// sets by bit mask, partitions by restricted growth string.
-std::vector<std::vector<std::vector<int>>> TrainingShapes(int num_ranks, int batch) {
-  std::vector<std::vector<std::vector<int>>> shapes;
-  for (int mask = 1; mask < (1 << num_ranks); ++mask) {
-    std::vector<int> participants;
-    for (int rank = 0; rank < num_ranks; ++rank)
-      if (mask & (1 << rank)) participants.push_back(rank);
-    for (const auto& partition : SetPartitions(static_cast<int>(participants.size()))) {
-      if (static_cast<int>(partition.size()) > batch) continue;
-      std::vector<std::vector<int>> replicas;
-      for (const std::vector<int>& block : partition) {
-        replicas.emplace_back();
-        for (int index : block) replicas.back().push_back(participants[index]);
-      }
-      shapes.push_back(std::move(replicas));
-    }
-  }
-  return shapes;
-}
-
 std::string RankList(const std::vector<int>& ranks) {
   std::string text = "[";
   for (size_t i = 0; i < ranks.size(); ++i) text += (i > 0 ? "," : "") + std::to_string(ranks[i]);
@@ -132,17 +111,13 @@ StrategyResult ScoreSplit(const CostModel& world, const Shape& shape, const std:
 // replica has no plan that fits.
 void ScoreShape(const CostModel& world, Shape& shape, const std::string& config) {
   const int batch = world.workload().batch;
-  const int replicas = static_cast<int>(shape.subs.size());
   std::vector<double> per_sequence;
   for (const ReplicaOptimum* optimum : shape.optima)
     per_sequence.push_back(BusySeconds(optimum->cost));
-  const int widest = batch - replicas + 1;
-  const int narrowest =
-      world.workload().zero_stage >= 3 ? (batch + replicas - 1) / replicas : widest;
   bool have = false;
-  for (int cap = narrowest; cap <= widest; ++cap) {
-    StrategyResult result =
-        ScoreSplit(world, shape, CappedMinMaxSplit(batch, per_sequence, cap), config);
+  for (const std::vector<int>& split : CandidateBatchSplits(
+           batch, per_sequence, per_sequence, world.workload().zero_stage >= 3, true)) {
+    StrategyResult result = ScoreSplit(world, shape, split, config);
     if (!have || Better(result, shape.result)) shape.result = std::move(result);
     have = true;
   }
@@ -193,7 +168,7 @@ class TrainingSearch {
 
   void Enumerate(const Clock& clock) {
     const Cluster& cluster = world_.cluster();
-    for (auto& replicas : TrainingShapes(cluster.num_ranks(), world_.workload().batch)) {
+    for (auto& replicas : ReplicaShapes(cluster.num_ranks(), world_.workload().batch)) {
       if (clock.Expired()) {
         complete_ = false;
         break;
@@ -256,22 +231,6 @@ class TrainingSearch {
 };
 
 }  // namespace
-
-std::vector<int> CappedMinMaxSplit(int batch, const std::vector<double>& per_sequence, int cap) {
-  const size_t replicas = per_sequence.size();
-  std::vector<int> split(replicas, 1);
-  for (int given = static_cast<int>(replicas); given < batch; ++given) {
-    int target = -1;
-    for (size_t replica = 0; replica < replicas; ++replica) {
-      if (split[replica] >= cap) continue;
-      if (target < 0 ||
-          (split[replica] + 1) * per_sequence[replica] < (split[target] + 1) * per_sequence[target])
-        target = static_cast<int>(replica);
-    }
-    ++split[target];
-  }
-  return split;
-}
 
 std::optional<Plan> SnapPlanToExactDomain(const CostModel& model, const Plan& plan,
                                           const ExactGrid& grid) {

@@ -13,6 +13,9 @@ namespace {
 constexpr double kSlowNicFactor = 0.25;  // a NIC this much slower than the fastest: left out
 constexpr int kNodePartOptions[] = {1, 2, 4, 8};  // a node cut into this many equal units
 constexpr int kMaxUnitsPerKindReplica = 1 << 20;  // q doubles up to every unit of the kind
+// On clusters of at most this many ranks also every participant set and every partition of it
+// into replicas (ReplicaShapes: 50 candidates at 4 ranks), whatever the topology.
+constexpr int kEveryShapeUpTo = 4;
 
 double RankSpeed(const Cluster& cluster, int rank) {
   return cluster.device(rank).GemmFlops() + cluster.device(rank).AttentionFlops();
@@ -193,6 +196,9 @@ std::vector<ReplicaPartition> ReplicaCandidates(const Cluster& cluster, int batc
         list.Add(prefix + "balanced", Balanced(units, count));
     }
   }
+  if (cluster.num_ranks() <= kEveryShapeUpTo)
+    for (std::vector<std::vector<int>>& replicas : ReplicaShapes(cluster.num_ranks(), batch))
+      list.Add("any ranks", std::move(replicas));
   return list.Take();
 }
 

@@ -11,7 +11,9 @@
 namespace hexiseq::sched_internal {
 namespace {
 
-constexpr size_t kRefinedCandidates = 2;  // screened candidates re-planned by the scheduler
+constexpr size_t kRefinedCandidates = 2;  // screened candidates re-planned by the scheduler ...
+constexpr int kRefineAllUpTo = 4;         // ... all of them (each replica with the scheduler's full
+                                          // search) on clusters of at most this many ranks
 constexpr size_t kRunnersUp = 3;          // kept for the table of options
 constexpr double kMinSequenceSeconds = 1e-12;
 constexpr int64_t kReplicaTrials = 500;  // descent moves per refined replica plan
@@ -55,7 +57,7 @@ class ReplicaPlanner {
   ReplicaTiming Time(const SubCluster& sub, int shard_ranks) const {
     const CostModel one = ReplicaCostModel(world_, sub, 1, shard_ranks);
     ReplicaTiming timing;
-    timing.result = screen_ ? ScreenPlan(one) : RunScheduler(one, options_, false, false).best;
+    timing.result = screen_ ? ScreenPlan(one) : Replan(one);
     timing.first_sequence_seconds = timing.result.cost.iteration_seconds;
     hexiseq::Plan two_sequences = timing.result.plan;
     two_sequences.batch = 2;
@@ -64,6 +66,14 @@ class ReplicaPlanner {
     timing.per_sequence_seconds =
         std::max(kMinSequenceSeconds, two - timing.first_sequence_seconds);
     return timing;
+  }
+  // The one-replica scheduler; within a tiny world with its rank-level search and full descent.
+  StrategyResult Replan(const CostModel& one) const {
+    if (world_.cluster().num_ranks() > kRefineAllUpTo)
+      return RunScheduler(one, options_, false, false).best;
+    ScheduleOptions tiny = options_;
+    tiny.max_trials = 0;
+    return RunScheduler(one, tiny, false, true).best;
   }
   struct Entry {
     Cluster cluster;
@@ -94,11 +104,17 @@ std::optional<StrategyResult> EvaluateCandidate(const CostModel& world,
     first.push_back(timing.first_sequence_seconds);
     per_sequence.push_back(timing.per_sequence_seconds);
   }
-  const std::vector<int> split = MinMaxBatchSplit(world.workload().batch, first, per_sequence);
-  std::vector<ReplicaPart> parts;
-  for (size_t replica = 0; replica < subs.size(); ++replica)
-    parts.push_back({&subs[replica], timings[replica]->result.plan, split[replica]});
-  return Score(world, AssembleReplicas(world, parts, "hexiseq"), partition.name);
+  std::optional<StrategyResult> best;
+  for (const std::vector<int>& split : CandidateBatchSplits(
+           world.workload().batch, first, per_sequence, world.workload().zero_stage >= 3,
+           world.cluster().num_ranks() <= kRefineAllUpTo)) {
+    std::vector<ReplicaPart> parts;
+    for (size_t replica = 0; replica < subs.size(); ++replica)
+      parts.push_back({&subs[replica], timings[replica]->result.plan, split[replica]});
+    StrategyResult result = Score(world, AssembleReplicas(world, parts, "hexiseq"), partition.name);
+    if (!best || Better(result, *best)) best = std::move(result);
+  }
+  return best;
 }
 
 struct Scored {
@@ -125,19 +141,39 @@ std::vector<Scored> ScoreAll(const CostModel& world,
 }  // namespace
 
 std::vector<int> MinMaxBatchSplit(int batch, const std::vector<double>& first_sequence_seconds,
-                                  const std::vector<double>& per_sequence_seconds) {
+                                  const std::vector<double>& per_sequence_seconds, int cap) {
   const size_t replicas = first_sequence_seconds.size();
   std::vector<int> split(replicas, 1);
   auto finish = [&](size_t replica, int sequences) {
     return first_sequence_seconds[replica] + (sequences - 1) * per_sequence_seconds[replica];
   };
   for (int given = static_cast<int>(replicas); given < batch; ++given) {
-    size_t target = 0;
-    for (size_t replica = 1; replica < replicas; ++replica)
-      if (finish(replica, split[replica] + 1) < finish(target, split[target] + 1)) target = replica;
+    size_t target = replicas;
+    for (size_t replica = 0; replica < replicas; ++replica)
+      if (split[replica] < cap && (target == replicas || finish(replica, split[replica] + 1) <
+                                                             finish(target, split[target] + 1)))
+        target = replica;
     ++split[target];
   }
   return split;
+}
+
+std::vector<std::vector<int>> CandidateBatchSplits(
+    int batch, const std::vector<double>& first_sequence_seconds,
+    const std::vector<double>& per_sequence_seconds, bool zero3, bool every_cap) {
+  const int replicas = static_cast<int>(first_sequence_seconds.size());
+  std::vector<std::vector<int>> splits = {
+      MinMaxBatchSplit(batch, first_sequence_seconds, per_sequence_seconds)};
+  if (!zero3) return splits;
+  const int even = (batch + replicas - 1) / replicas;
+  const int widest = every_cap ? batch - replicas : even;
+  for (int cap = even; cap <= widest; ++cap) {
+    std::vector<int> split =
+        MinMaxBatchSplit(batch, first_sequence_seconds, per_sequence_seconds, cap);
+    if (std::find(splits.begin(), splits.end(), split) == splits.end())
+      splits.push_back(std::move(split));
+  }
+  return splits;
 }
 
 ReplicaOutcome SearchReplicas(const CostModel& model, const ScheduleOptions& options,
@@ -151,6 +187,8 @@ ReplicaOutcome SearchReplicas(const CostModel& model, const ScheduleOptions& opt
   std::vector<size_t> best_few;
   for (size_t rank = 0; rank < std::min(kRefinedCandidates, screened.size()); ++rank)
     best_few.push_back(screened[rank].candidate);
+  // Tiny clusters: every candidate, also those whose screen plan does not fit memory.
+  if (model.cluster().num_ranks() <= kRefineAllUpTo) best_few = all;
   ReplicaPlanner full(model, options, false);
   std::vector<Scored> refined = ScoreAll(model, candidates, best_few, full, clock);
   refined.insert(refined.end(), screened.begin(), screened.end());

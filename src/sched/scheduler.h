@@ -56,15 +56,21 @@ struct ScheduleOptions {
 Result<StrategyResult> Schedule(const CostModel& model, const ScheduleOptions& options = {});
 
 // Strategy "exact": the optimum of the cost model over a stated domain, for clusters of at most
-// kExactMaxRanks ranks: every grouping (set partition, optionally one group idle), every order of
-// the groups (ring order and zigzag placement), every member order, every head split at
-// whole-head granularity (consecutive blocks in member order); the sequence in
-// 2 x kExactGroupSteps chunks, active group k taking c_k >= 1 from the front and c_k from the back
-// (sum c_k = kExactGroupSteps), member tokens in multiples of 1 / kExactMemberSteps of their
-// group's (largest remainder where S does not divide). Exhaustive, pruned only by exact bounds
-// (symmetry between ranks of one node, per-rank compute and memory lower bounds); the optimum is
-// then refined outside the grid (class-level sequence search and 1-token descent, also from
-// runners-up and the baselines; never worse). kNotSupported for larger clusters.
+// kExactMaxRanks ranks, at the workload's ZeRO stage and recompute policy (under --zero auto /
+// --recompute auto it runs at the settings the screen of training_search.h keeps, as hexiseq
+// does). The domain: every set of participating ranks (the others left out: no state, no sync),
+// every partition of it into at most `batch` data-parallel replicas, every split of the batch
+// (each replica >= 1 sequence); per replica, every grouping of its ranks (set partition,
+// optionally one group idle), every order of the groups (ring order and zigzag placement), every
+// member order, every head split at whole-head granularity (consecutive blocks in member order);
+// the sequence in 2 x kExactGroupSteps chunks, active group k taking c_k >= 1 from the front and
+// c_k from the back (sum c_k = kExactGroupSteps), member tokens in multiples of 1 /
+// kExactMemberSteps of their group's (largest remainder where S does not divide). Exhaustive,
+// pruned only by exact bounds (symmetry between ranks of one node, per-rank compute and memory
+// lower bounds) and by the separability of replicas (exact_training.cc); the optimum is then
+// refined outside the grid (class-level sequence search and 1-token descent per replica, also
+// from runners-up and the baselines), and the baselines' own plans compete (never worse).
+// kNotSupported for larger clusters.
 inline constexpr int kExactMaxRanks = 3;
 inline constexpr int kExactGroupSteps = 32;
 inline constexpr int kExactMemberSteps = 24;

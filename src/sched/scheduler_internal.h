@@ -69,6 +69,10 @@ struct ExactGrid {
 // Every set partition of {0, ..., n-1}, blocks in order of their smallest element (restricted
 // growth strings); none for n = 0.
 std::vector<std::vector<std::vector<int>>> SetPartitions(int n);
+// Every (participant set, partition of it into at most `batch` replicas) of `num_ranks` ranks,
+// each replica's ranks sorted, in a fixed order: participant sets by bit mask, partitions by
+// restricted growth string. 2^n x Bell(n) at most: for small clusters only.
+std::vector<std::vector<std::vector<int>>> ReplicaShapes(int num_ranks, int batch);
 // A one-replica plan's busy time: its iteration without the exposed gradient sync.
 inline double BusySeconds(const PlanCost& cost) { return cost.replica_busy_seconds.front(); }
 // Feasible first, then busy time; among infeasible plans the smaller memory overshoot.
@@ -117,10 +121,6 @@ struct ExactTrainingResult {
 };
 ExactTrainingResult ExactTrainingOptimum(const CostModel& model, const ScheduleOptions& options,
                                          const ExactGrid& grid = {});
-// The batch split minimising the slowest replica's busy time, replica r taking b_r x
-// per_sequence[r] for 1 <= b_r <= cap sequences (one sequence at a time to the replica that
-// would finish first; exact for this min-max). REQUIRES: cap x replicas >= batch >= replicas.
-std::vector<int> CappedMinMaxSplit(int batch, const std::vector<double>& per_sequence, int cap);
 // A plan (any replicas) rounded onto the domain grid replica by replica (SnapToExactDomain of each
 // replica's groups; left-out ranks and the batch split kept); nullopt when a replica does not
 // have the layout form.

@@ -7,6 +7,7 @@
 
 #include "plan/plan.h"
 #include "sched/baselines.h"
+#include "sched/replica_search.h"
 #include "sched/sched_test_util.h"
 #include "sched/scheduler.h"
 #include "sched/scheduler_internal.h"
@@ -359,8 +360,9 @@ TEST(ExactSearch, TrainingOptimumEqualsJointBruteForce) {
   EXPECT_GE(left_out, 1);  // ... and some leaves a rank out
 }
 
-// The capped min-max split against every split: the smallest slowest-replica time among the
-// splits with every replica at most `cap` sequences.
+// The capped min-max split (the exact search's split for busy times linear in the sequences)
+// against every split: the smallest slowest-replica time among the splits with every replica at
+// most `cap` sequences.
 TEST(ExactSearch, CappedMinMaxSplitIsTheBestSplitUnderTheCap) {
   std::mt19937_64 rng(4);
   std::uniform_real_distribution<double> seconds(0.5, 3.0);
@@ -380,7 +382,8 @@ TEST(ExactSearch, CappedMinMaxSplitIsTheBestSplitUnderTheCap) {
       if (*std::max_element(split.begin(), split.end()) <= cap)
         best = std::min(best, slowest(split));
     });
-    const std::vector<int> split = sched_internal::CappedMinMaxSplit(batch, per_sequence, cap);
+    const std::vector<int> split =
+        sched_internal::MinMaxBatchSplit(batch, per_sequence, per_sequence, cap);
     EXPECT_EQ(std::accumulate(split.begin(), split.end(), 0), batch);
     EXPECT_LE(*std::max_element(split.begin(), split.end()), cap);
     EXPECT_DOUBLE_EQ(slowest(split), best) << "trial " << trial;

@@ -19,7 +19,8 @@
 // Identical sub-clusters (same devices, links and sharding) are searched once. Refinement: the
 // replicas of every shape within kRefineMargin of the best (at most kRefinedShapes) are refined
 // by the class-level sequence search and the 1-token descent from their domain optimum, its
-// runners-up and each baseline of the sub-cluster (kept only where the busy time falls); then
+// runners-up, the best few structures balanced off the grid (StructureStarts) and each baseline
+// of the sub-cluster (kept only where the busy time falls); then
 // the baseline plans themselves (data-parallel ones included) compete, so the result is never
 // worse than the domain optimum nor than any baseline.
 #include <algorithm>
@@ -39,6 +40,9 @@ constexpr int64_t kExactDescentTrials = 20000;  // refinement outside the domain
 constexpr int kExactClassEvaluations = 200;     // class-level sequence search before each descent
 constexpr double kRefineMargin = 0.03;          // shapes this close to the best are refined
 constexpr size_t kRefinedShapes = 4;            // ... at most this many
+constexpr int64_t kStructureStartTrials = 1000;  // short descent of each structure start ...
+constexpr size_t kStructureStarts = 3;           // ... of which this many are refined in full
+constexpr int kBalanceRounds = 2;                // re-fits of BalanceTokens' time model
 
 // One replica's optimum: a sub-cluster searched at one sharding, one sequence.
 struct ReplicaOptimum {
@@ -136,6 +140,30 @@ std::string ShapeName(const Cluster& world, const std::vector<std::vector<int>>&
   return "replicas " + name + (left_out.empty() ? "" : " left out " + RankList(left_out));
 }
 
+// Starts off the grid for structures whose grid points are all far from the optimum (where
+// memory binds, the grid's mirrored chunks and 1/24 member steps can miss by 20%): every
+// structure of the domain with its tokens balanced by the fitted group rates (BalanceTokens from
+// the compute-proportional split), after a short descent; the best kStructureStarts.
+std::vector<Layout> StructureStarts(const CostModel& model, const Clock& clock) {
+  std::vector<std::pair<PlanCost, Layout>> scored;
+  const int64_t seq = model.workload().seq_len;
+  for (const Structure& structure : ExactStructures(model.cluster())) {
+    if (clock.Expired()) break;
+    const std::vector<int64_t> tokens = BalanceTokens(
+        model, structure, LargestRemainder(seq, RateWeights(model, structure)), kBalanceRounds);
+    PlanState state(model, MakeLayout(model, structure, tokens));
+    Descend(state, kStructureStartTrials, [&] { return clock.Expired(); });
+    scored.emplace_back(model.Evaluate(BuildPlan(model, state.layout(), "exact", "")),
+                        state.layout());
+  }
+  std::stable_sort(scored.begin(), scored.end(),
+                   [](const auto& a, const auto& b) { return BusyBetter(a.first, b.first); });
+  std::vector<Layout> starts;
+  for (size_t index = 0; index < std::min(kStructureStarts, scored.size()); ++index)
+    starts.push_back(std::move(scored[index].second));
+  return starts;
+}
+
 // Descent outside the grid from every start; the replica keeps the layout with the least busy
 // time (full re-score; the descent's own objective is the replica's iteration).
 void RefineReplica(ReplicaOptimum& optimum, const Clock& clock) {
@@ -144,6 +172,7 @@ void RefineReplica(ReplicaOptimum& optimum, const Clock& clock) {
   const CostModel& model = optimum.model;
   std::vector<Layout> starts = {optimum.domain.layout};
   starts.insert(starts.end(), optimum.domain.runners_up.begin(), optimum.domain.runners_up.end());
+  for (Layout& start : StructureStarts(model, clock)) starts.push_back(std::move(start));
   for (const StrategyResult& baseline : AllBaselines(model)) {
     Layout layout;
     if (baseline.applicable && LayoutFromPlan(baseline.plan, layout))

@@ -733,6 +733,33 @@ std::vector<std::vector<double>> CostModel::AllToAllBytes(const PlanGroup& group
   return out;
 }
 
+CostModel::RingChain CostModel::RingChainOf(const Plan& plan,
+                                            const std::vector<GroupCost>& groups) const {
+  // Store-and-forward chain of the largest block: it crosses every ring link but the one into
+  // its own group (K - 1 of K), one message per hop; it bounds the ring phase from below.
+  int active = 0;
+  int64_t max_tokens = 0;
+  double chain_per_token = 0, chain_latency = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const int64_t tokens = TotalTokens(plan.groups[g].tokens);
+    if (tokens == 0) continue;
+    ++active;
+    max_tokens = std::max(max_tokens, tokens);
+    chain_per_token += groups[g].chain_seconds_per_token;
+    chain_latency = std::max(chain_latency, groups[g].chain_latency);
+  }
+  RingChain out;
+  if (active <= 1) return out;
+  double last_block = 0;
+  for (const GroupCost& gc : groups) last_block = std::max(last_block, gc.last_block_fwd);
+  out.bounds = true;
+  out.seconds = static_cast<double>(max_tokens) * chain_per_token * (active - 1) / active +
+                (active - 1) * chain_latency;
+  out.ring_fwd_floor = out.seconds + last_block;
+  out.ring_bwd_floor = out.seconds + k_.attention_backward_factor * last_block;
+  return out;
+}
+
 PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& groups) const {
   PlanCost cost;
   cost.ranks.resize(cluster_.num_ranks());
@@ -756,27 +783,11 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
       cost.max_memory_fraction = gc.max_memory_fraction;
     }
   }
-  // Store-and-forward chain of the largest block: it crosses every ring link but the one into
-  // its own group (K - 1 of K), one message per hop; it bounds the ring phase from below.
-  int active = 0;
-  int64_t max_tokens = 0;
-  double chain_per_token = 0, chain_latency = 0;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const int64_t tokens = TotalTokens(plan.groups[g].tokens);
-    if (tokens == 0) continue;
-    ++active;
-    max_tokens = std::max(max_tokens, tokens);
-    chain_per_token += groups[g].chain_seconds_per_token;
-    chain_latency = std::max(chain_latency, groups[g].chain_latency);
-  }
-  double last_block = 0;
-  for (const GroupCost& gc : groups) last_block = std::max(last_block, gc.last_block_fwd);
-  if (active > 1) {
-    const double chain = static_cast<double>(max_tokens) * chain_per_token * (active - 1) / active +
-                         (active - 1) * chain_latency;
-    cost.ring_chain_seconds = chain;
-    ring_fwd = std::max(ring_fwd, chain + last_block);
-    ring_bwd = std::max(ring_bwd, chain + k_.attention_backward_factor * last_block);
+  const RingChain chain = RingChainOf(plan, groups);
+  if (chain.bounds) {
+    cost.ring_chain_seconds = chain.seconds;
+    ring_fwd = std::max(ring_fwd, chain.ring_fwd_floor);
+    ring_bwd = std::max(ring_bwd, chain.ring_bwd_floor);
   }
   const double fwd = local_fwd + ring_fwd;
   double recompute = 0;

@@ -137,6 +137,15 @@ class CostModel {
   GroupCost EvaluateGroup(const Plan& plan, int group, const RingContext& ring) const;
   // Combines group costs (one per plan group, in plan order) into the plan's cost.
   PlanCost Combine(const Plan& plan, const std::vector<GroupCost>& groups) const;
+  // The store-and-forward chain of the largest block, which bounds both ring phases from below
+  // (Combine): forward >= seconds + last block, backward >= seconds + backward factor x last
+  // block; `bounds` is false with fewer than two active groups.
+  struct RingChain {
+    bool bounds = false;
+    double seconds = 0;
+    double ring_fwd_floor = 0, ring_bwd_floor = 0;
+  };
+  RingChain RingChainOf(const Plan& plan, const std::vector<GroupCost>& groups) const;
 
   // The aggregate-compute bound: the least time in which the cluster's devices could do the
   // iteration's linear and attention FLOPs at their effective rates, each device free to split

@@ -181,7 +181,12 @@ void PlanState::ComputeScore() {
     worst_fraction = std::max(worst_fraction, cost.max_memory_fraction);
     if (cost.max_memory_fraction > 1.0) feasible = false;
   }
-  // Mirrors CostModel::Combine.
+  // Mirrors CostModel::Combine, the ring chain's floor on both ring phases included.
+  const CostModel::RingChain chain = model_.RingChainOf(plan_, costs_);
+  if (chain.bounds) {
+    maxima[1] = std::max(maxima[1], chain.ring_fwd_floor);
+    maxima[3] = std::max(maxima[3], chain.ring_bwd_floor);
+  }
   const Workload& w = model_.workload();
   const double layers = model_.model().layers * w.batch;
   const double fwd = maxima[0] + maxima[1];

@@ -32,6 +32,7 @@ constexpr int kSmallClusterTopK = 8;        // candidates refined on such small 
 constexpr size_t kCloseSeeds = 4;           // ... plus the memberships closest to fitting
 constexpr double kCloseToFitting = 1.25;    // ... within 25% of memory capacity
 constexpr int kRescueCandidates = 24;       // ... and more when none of them fits memory
+constexpr size_t kOrderSearchStarts = 8;    // ... and the best this many try other ring orders
 
 // Per-token costs at the sequence's average causal density (FLOPs per token).
 struct TokenFlops {
@@ -794,6 +795,21 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
       refined_score.emplace_back();
       refined_seconds.push_back(0);
       refine(top.size() - 1);
+    }
+  }
+
+  // ---- Small clusters: other ring orders of the best few refined plans.
+  if (!quick && small) {
+    std::vector<size_t> by_score(top.size());
+    std::iota(by_score.begin(), by_score.end(), size_t{0});
+    std::stable_sort(by_score.begin(), by_score.end(),
+                     [&](size_t a, size_t b) { return Less(refined_score[a], refined_score[b]); });
+    for (size_t rank = 0; rank < std::min(kOrderSearchStarts, by_score.size()); ++rank) {
+      const size_t index = by_score[rank];
+      PlanState state(model, OrderSearch(model, refined[index], kClassEvaluations, trials, clock));
+      refined[index] = state.layout();
+      refined_score[index] = state.score();
+      refined_seconds[index] = state.IterationSeconds();
     }
   }
 

@@ -46,6 +46,13 @@ std::vector<int64_t> BalanceTokens(const CostModel& model, const Structure& stru
 // `max_evaluations` of them). Returns the improved layout.
 Layout ClassSearch(const CostModel& model, Layout layout, int max_evaluations, const Clock& clock);
 
+// Small clusters: every ring order of the layout's active groups (3 or 4 of them; the idle group
+// stays last) scored with the groups' tokens and member splits kept, the best two new orders
+// refined (ClassSearch, then Descend with `trials`); returns the best of those and `layout`
+// (order_search.cc).
+Layout OrderSearch(const CostModel& model, const Layout& layout, int class_evaluations,
+                   int64_t trials, const Clock& clock);
+
 struct SearchOutcome {
   StrategyResult best;  // feasible or not: the best by Better()
   // The best feasible plan that leaves no rank out (a refined candidate or a baseline).

@@ -36,10 +36,10 @@ namespace hexiseq {
 namespace sched_internal {
 namespace {
 
-constexpr int64_t kExactDescentTrials = 20000;  // refinement outside the domain, per start
-constexpr int kExactClassEvaluations = 200;     // class-level sequence search before each descent
-constexpr double kRefineMargin = 0.03;          // shapes this close to the best are refined
-constexpr size_t kRefinedShapes = 4;            // ... at most this many
+constexpr int64_t kExactDescentTrials = 20000;   // refinement outside the domain, per start
+constexpr int kExactClassEvaluations = 200;      // class-level sequence search before each descent
+constexpr double kRefineMargin = 0.03;           // shapes this close to the best are refined
+constexpr size_t kRefinedShapes = 4;             // ... at most this many
 constexpr int64_t kStructureStartTrials = 1000;  // short descent of each structure start ...
 constexpr size_t kStructureStarts = 3;           // ... of which this many are refined in full
 constexpr int kBalanceRounds = 2;                // re-fits of BalanceTokens' time model

@@ -45,6 +45,31 @@ void ChargePorts(const Cluster& cluster, std::vector<double>& ports, int sender,
   if (receiver >= 0) ports[receiver * kPorts + (intra ? kRecvIntra : kRecvInter)] += seconds;
 }
 
+// The ring's message streams: each (stream, link) pays the link latency once per message it
+// carries. A message carries every KV head routed over its link (the layer schedule sends one per
+// block, segment and link), so the per-KV-head loops charge a (stream, link) only the first time.
+enum LatencyStream : int {
+  kKvStream = 0,         // K/V blocks along the chains and to replicas
+  kPartialStream = 1,    // dK/dV partials, replica -> primary
+  kSumInStream = 2,      // dK/dV sums fed in along a chain
+  kSumOutStream = 3,     // dK/dV sums passed on or returned
+  kOwnReturnStream = 4,  // the total of the group's own block, back from its chain's end
+};
+struct LatencyKey {
+  int stream = 0, from = 0, to = 0;
+  bool operator==(const LatencyKey&) const = default;
+};
+
+// `messages` x the latency of link from -> to, the first time (stream, from, to) is charged in
+// this scoring (recorded in `seen`); 0 after.
+double LatencyOnce(const Cluster& cluster, std::vector<LatencyKey>& seen, LatencyStream stream,
+                   int from, int to, int messages) {
+  const LatencyKey key{stream, from, to};
+  if (std::find(seen.begin(), seen.end(), key) != seen.end()) return 0.0;
+  seen.push_back(key);
+  return messages * cluster.Latency(from, to);
+}
+
 }  // namespace
 
 // Per-thread work arrays of EvaluateGroup, so scoring a group allocates only its result.
@@ -55,7 +80,7 @@ struct CostModel::GroupScratch {
   std::vector<double> kv_ports, return_ports;  // [member * kPorts + port] seconds
   std::vector<uint8_t> needs;  // [member * num_kv + kv head]: the member holds a query head of it
   std::vector<int> mine;
-  std::vector<std::pair<int, int>> links_seen;  // ring links already charged their latency
+  std::vector<LatencyKey> latency_seen;  // ring (channel, link)s already charged their latency
   ChainTraffic traffic;
   std::vector<std::pair<int, std::vector<int>>> peer_primaries;  // (plan group, rank per KV head)
   size_t peers_used = 0;                                         // entries valid this scoring
@@ -534,16 +559,12 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
   GroupChainTraffic(plan, group_index, traffic);
   const int64_t kv_in = traffic.kv_in();
   const double per_token = KvBytesPerTokenPerKvHead();
-  // One message per block and link carries every KV head routed over it, so a link pays its
-  // latency once per block however many KV heads it carries.
-  std::vector<std::pair<int, int>>& links_seen = scratch.links_seen;
-  links_seen.clear();
+  scratch.latency_seen.clear();
   auto link_latency = [&](int a, int b, int blocks) {
-    for (const auto& link : links_seen)
-      if (link.first == a && link.second == b) return 0.0;
-    links_seen.push_back({a, b});
-    return blocks * cluster_.Latency(a, b);
+    return LatencyOnce(cluster_, scratch.latency_seen, kKvStream, a, b, blocks);
   };
+  int visiting = 0;  // blocks that visit the group: each is one message to each replica
+  for (const PeerTraffic& peer : traffic.kv_from) visiting += peer.blocks;
   for (int g = 0; g < num_kv; ++g) {
     const int p = mine_member[g];
     if (p < 0) continue;
@@ -572,7 +593,7 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
       if (!needs[i * num_kv + g] || kv_in == 0) continue;
       const int replica = group.members[i].rank;
       ChargePorts(cluster_, kv_ports, p, static_cast<int>(i), mine, replica,
-                  link_latency(mine, replica, steps - 1) +
+                  link_latency(mine, replica, visiting) +
                       kv_in * per_token / cluster_.Bandwidth(mine, replica));
     }
     DkvSumTimes(plan, group_index, g, scratch);
@@ -590,24 +611,28 @@ void CostModel::DkvSumTimes(const Plan& plan, int group_index, int g, GroupScrat
   const int p = scratch.mine[g];
   const int mine = group.members[p].rank;
   const double per_token = KvBytesPerTokenPerKvHead();
-  auto charge = [&](int sender, int receiver, int from, int to, int64_t tokens, int blocks) {
+  auto charge = [&](LatencyStream stream, int sender, int receiver, int from, int to,
+                    int64_t tokens, int blocks) {
     if (tokens <= 0 || from < 0 || to < 0 || from == to) return;
-    ChargePorts(
-        cluster_, ports, sender, receiver, from, to,
-        blocks * cluster_.Latency(from, to) + tokens * per_token / cluster_.Bandwidth(from, to));
+    ChargePorts(cluster_, ports, sender, receiver, from, to,
+                LatencyOnce(cluster_, scratch.latency_seen, stream, from, to, blocks) +
+                    tokens * per_token / cluster_.Bandwidth(from, to));
   };
   const int64_t kv_in = traffic.kv_in();
   int visiting = 0;
   for (const PeerTraffic& peer : traffic.kv_from) visiting += peer.blocks;
   for (size_t i = 0; i < group.members.size(); ++i)
     if (static_cast<int>(i) != p && scratch.needs[i * num_kv + g])
-      charge(static_cast<int>(i), p, group.members[i].rank, mine, kv_in, visiting);
+      charge(kPartialStream, static_cast<int>(i), p, group.members[i].rank, mine, kv_in, visiting);
   for (const PeerTraffic& peer : traffic.sums_from)
-    charge(-1, p, PeerPrimary(plan, peer.group, g, scratch), mine, peer.tokens, peer.blocks);
+    charge(kSumInStream, -1, p, PeerPrimary(plan, peer.group, g, scratch), mine, peer.tokens,
+           peer.blocks);
   for (const PeerTraffic& peer : traffic.sums_to)
-    charge(p, -1, mine, PeerPrimary(plan, peer.group, g, scratch), peer.tokens, peer.blocks);
+    charge(kSumOutStream, p, -1, mine, PeerPrimary(plan, peer.group, g, scratch), peer.tokens,
+           peer.blocks);
   if (traffic.own_returner >= 0)
-    charge(-1, p, PeerPrimary(plan, traffic.own_returner, g, scratch), mine, traffic.own_return, 1);
+    charge(kOwnReturnStream, -1, p, PeerPrimary(plan, traffic.own_returner, g, scratch), mine,
+           traffic.own_return, 1);
 }
 
 // Per member: the ring phase forward and backward (attention overlapped with its busiest port),

@@ -673,11 +673,11 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
       const double last_return = returns / (steps - 1);
       fwd = std::max(compute, comm + last);
       out.last_block_fwd = std::max(out.last_block_fwd, last);
-      // Backward: the busiest port's K/V and dK/dV traffic, then the last block's compute and
-      // its return home.
-      bwd = std::max(k_.attention_backward_factor * compute,
-                     comm_bwd + k_.attention_backward_factor * last) +
-            last_return;
+      // Backward: every block's compute, then the last block's dK/dV leaving; or the busiest
+      // port's K/V and dK/dV traffic, but for that last sum (it can only leave once its block is
+      // computed), then the last block's compute and that sum.
+      bwd = std::max(k_.attention_backward_factor * compute + last_return,
+                     comm_bwd + k_.attention_backward_factor * last);
     }
     out.ring_fwd = std::max(out.ring_fwd, fwd);
     out.ring_bwd = std::max(out.ring_bwd, bwd);

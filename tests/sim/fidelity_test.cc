@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "sched/baselines.h"
 #include "sim/simulator.h"
 #include "sim_test_util.h"
 
@@ -141,6 +142,26 @@ TEST(Fidelity, UnequalBlocksAndMultiPrimaryRingsAreAttributedToTheRingTerm) {
       EXPECT_TRUE(ring || local) << c.name << ": " << stats.worst_term;
     }
   }
+}
+
+// Two groups (USP: heads across a node's 8 GPUs, a 2-group ring across two nodes) over a slow
+// NIC: the K/V block arrives while each group computes its
+// own block, but the dK/dV sum of the other group's block can only leave once that block is
+// computed. The backward ring is then every block's compute plus that one return; the model must
+// not also count the return in the port traffic that precedes the last block.
+TEST(Fidelity, TwoGroupRingBackwardEndsWithTheLastReturn) {
+  const Cluster cluster = simtest::EightGpuNodes({"H200", "H100-SXM"}, {1, 1}, 12.5e9);
+  Workload w;
+  w.seq_len = 131072;
+  const CostModel cost(cluster, *LoadModel("gpt-7b"), w);
+  const StrategyResult ring = UspBaseline(cost);
+  ASSERT_TRUE(ring.feasible());
+  auto sim = Simulate(ring.plan, cost);
+  ASSERT_TRUE(sim.has_value()) << sim.error().message;
+  for (const SimTerm& term : sim->terms)
+    if (term.name == "ring attention")
+      EXPECT_NEAR(term.model_seconds / term.sim_seconds, 1.0, 0.01);
+  EXPECT_NEAR(ring.cost.iteration_seconds / sim->iteration_seconds, 1.0, 0.01);
 }
 
 }  // namespace

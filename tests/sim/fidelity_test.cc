@@ -158,9 +158,11 @@ TEST(Fidelity, TwoGroupRingBackwardEndsWithTheLastReturn) {
   ASSERT_TRUE(ring.feasible());
   auto sim = Simulate(ring.plan, cost);
   ASSERT_TRUE(sim.has_value()) << sim.error().message;
-  for (const SimTerm& term : sim->terms)
-    if (term.name == "ring attention")
+  for (const SimTerm& term : sim->terms) {
+    if (term.name == "ring attention") {
       EXPECT_NEAR(term.model_seconds / term.sim_seconds, 1.0, 0.01);
+    }
+  }
   EXPECT_NEAR(ring.cost.iteration_seconds / sim->iteration_seconds, 1.0, 0.01);
 }
 

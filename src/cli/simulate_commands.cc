@@ -43,12 +43,12 @@ std::string RankSpans(const std::vector<int>& ranks) {
 // The replicas (sequences, ranks, busy time; the slowest sets the iteration) and left-out ranks.
 void PrintReplicas(const sim::SimResult& result) {
   std::vector<std::vector<std::string>> rows = {
-      {"replica", "sequences", "ranks", "explicit layers s/seq", "LM head s/seq", "busy s"}};
+      {"replica", "sequences", "ranks", "layers s/seq", "LM head s/seq", "busy s"}};
   for (const sim::SimReplica& replica : result.replicas)
     rows.push_back({std::to_string(replica.replica) +
                         (replica.replica == result.slowest_replica ? " (slowest)" : ""),
                     std::to_string(replica.sequences), RankSpans(replica.ranks),
-                    Fixed(replica.layer_seconds, 4), Fixed(replica.head_seconds, 4),
+                    Fixed(replica.all_layers_seconds, 4), Fixed(replica.head_seconds, 4),
                     Fixed(replica.busy_seconds, 4)});
   std::fputs(FormatTable(rows).c_str(), stdout);
   if (!result.left_out.empty())

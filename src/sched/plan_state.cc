@@ -138,8 +138,8 @@ PlanState::PlanState(const CostModel& model, Layout layout)
     : model_(model), layout_(std::move(layout)) {
   plan_ = BuildPlan(model_, layout_, "hexiseq", "");
   RecomputePositions();
-  // The raw gradient-synchronization time: Combine with no work at all exposes it whole.
-  sync_seconds_ = model_.Combine(plan_, std::vector<GroupCost>(1)).grad_sync_seconds;
+  // The raw gradient-synchronization time, none of it hidden.
+  sync_seconds_ = model_.GradSyncTotalSeconds(plan_);
   EvaluateAll();
   Renormalize();
 }

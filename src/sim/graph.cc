@@ -52,6 +52,7 @@ class Builder {
     Direction direction;
     sim::Pass pass;
     int layer;
+    double weight;  // PassMarks::weight
   };
   void Setup();
   // Per rank during one pass: the op each phase ends with (-1: none).
@@ -463,13 +464,22 @@ void Builder::Setup() {
     visiting_.push_back(schedule_.VisitingOrigins(ring_pos));
   }
   prev_end_.assign(num_ranks_, -1);
-  const int layers = std::max(1, options_.explicit_layers);
+  const int model_layers = std::max(1, model.layers);
+  const int layers = std::clamp(options_.explicit_layers, 1, model_layers);
+  // Only the first forward starts on every rank at once; one more forward than explicit layers
+  // measures the staggered start of the model's other layers.
+  const int forwards = std::min(model_layers, layers + 1);
+  const double later_forward_weight =
+      forwards > 1 ? static_cast<double>(model_layers - 1) / (forwards - 1) : 1.0;
+  const double backward_weight = static_cast<double>(model_layers) / layers;
   const bool full = cost_.workload().recompute == Recompute::kFull;
-  for (int layer = 0; layer < layers; ++layer)
-    passes_.push_back({Direction::kForward, sim::Pass::kForward, layer});
+  for (int layer = 0; layer < forwards; ++layer)
+    passes_.push_back(
+        {Direction::kForward, sim::Pass::kForward, layer, layer == 0 ? 1.0 : later_forward_weight});
   for (int layer = layers - 1; layer >= 0; --layer) {
-    if (full) passes_.push_back({Direction::kForward, sim::Pass::kRecompute, layer});
-    passes_.push_back({Direction::kBackward, sim::Pass::kBackward, layer});
+    if (full)
+      passes_.push_back({Direction::kForward, sim::Pass::kRecompute, layer, backward_weight});
+    passes_.push_back({Direction::kBackward, sim::Pass::kBackward, layer, backward_weight});
   }
 }
 
@@ -487,6 +497,7 @@ PassMarks Builder::AddPass(int index, Engine& engine, const std::vector<int64_t>
   }
   PassMarks marks;
   BuildPass(spec.direction, marks);
+  marks.weight = spec.weight;
   return marks;
 }
 

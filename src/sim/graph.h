@@ -1,6 +1,7 @@
 // Builds the simulator's dependency graphs from a Plan: `explicit_layers` transformer layers,
 // forward (F), full-recompute forward (R, when the workload recomputes everything) and backward
-// (B), in training order F1..Fk, Rk Bk, ..., R1 B1; and one gradient-synchronisation bucket.
+// (B), in training order F1..Fk (and F(k+1) when the model has more layers), Rk Bk, ..., R1 B1;
+// and one gradient-synchronisation bucket.
 // Every message comes from the plan's LayerSchedule (plan/layer_schedule.h), so the simulator
 // sends what the runtime sends. Per layer and rank: QKV GEMMs -> ragged all-to-all (Q, K, V) ->
 // attention on the diagonal block while K/V blocks follow their chains (primary to primary,
@@ -23,7 +24,12 @@
 namespace hexiseq::sim {
 
 struct GraphOptions {
-  int explicit_layers = 1;         // layers built explicitly; the iteration scales them
+  // Layers built explicitly (forward, recompute, backward); the iteration scales them. When the
+  // model has more layers, one more forward is built: the iteration's first layer starts on every
+  // rank at once, every later one on each rank when its previous layer ends there, and that
+  // staggered start changes how the ring's blocks overlap (PassMarks::weight counts the first
+  // forward once and the others for the model's remaining layers).
+  int explicit_layers = 1;
   DkvRoute dkv_route = kDkvRoute;  // the schedule's policy; the other only to measure the choice
 };
 
@@ -31,6 +37,10 @@ struct GraphOptions {
 struct PassMarks {
   Pass pass = Pass::kForward;
   int layer = 0;
+  // How many of the model's passes of this kind this explicit pass stands for: 1 for the first
+  // forward, (layers - 1) / (forwards - 1) for the other forwards, layers / explicit_layers for
+  // the recompute and backward passes (the weights of a kind sum to the model's layers).
+  double weight = 1;
   std::vector<int> start;      // the op the pass starts after (previous pass end), or -1
   std::vector<int> local_in;   // head layout ready (all-to-all in done)
   std::vector<int> ring_done;  // attention (and dK/dV returns) done

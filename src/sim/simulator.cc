@@ -17,6 +17,7 @@ int64_t EndOf(const std::vector<OpTiming>& timings, int op) {
 // One pass's figures, read from its engine run before the engine is dropped.
 struct PassFigures {
   Pass pass = Pass::kForward;
+  double weight = 1;         // the model's passes it stands for (PassMarks::weight)
   int64_t local_in_ns = 0;   // slowest rank: head layout ready
   int64_t ring_done_ns = 0;  // slowest rank: attention (and dK/dV) done
   int64_t end_ns = 0;        // slowest rank: pass done
@@ -33,6 +34,7 @@ std::vector<PassFigures> ReadPass(const std::vector<PassMarks>& marks,
     const PassMarks& mark = marks[replica];
     PassFigures& pass = figures[replica];
     pass.pass = mark.pass;
+    pass.weight = mark.weight;
     for (size_t rank = 0; rank < mark.end.size(); ++rank) {
       pass.local_in_ns = std::max(pass.local_in_ns, EndOf(run.timings, mark.local_in[rank]));
       pass.ring_done_ns = std::max(pass.ring_done_ns, EndOf(run.timings, mark.ring_done[rank]));
@@ -71,14 +73,20 @@ std::vector<ReplicaRun> SplitReplicas(const Plan& plan, const Workload& workload
   return replicas;
 }
 
+// A rank's figures over all the model's layers, one sequence: each explicit pass's figures times
+// its weight (PassMarks::weight).
+struct LayersRankStats {
+  double busy_seconds = 0, comm_seconds = 0, comm_exposed_seconds = 0;
+};
+
 // The explicit layers of every replica, one engine per pass holding that pass of every replica
 // (LayerGraphBuilder per replica), so replicas that share a resource (a node's NIC pool) contend:
-// per-rank statistics summed over the passes, each replica's pass figures and layer time, and
+// per-rank statistics weighted over the passes, each replica's pass figures and layer time, and
 // (keep_timeline) every op with its timing.
 struct LayerRun {
   int64_t makespan_ns = 0;
   int64_t events = 0, messages = 0, compute_ops = 0;
-  std::vector<RankStats> ranks;
+  std::vector<LayersRankStats> ranks;
   std::vector<std::vector<PassFigures>> passes;  // [replica][pass]
   std::vector<int64_t> replica_makespan_ns;      // per replica: its last rank's end
   std::vector<char> active;                      // per rank: has work in some pass
@@ -124,12 +132,13 @@ LayerRun RunLayers(std::vector<std::unique_ptr<LayerGraphBuilder>>& builders,
       out.compute_ops += op.kind == OpKind::kCompute ? 1 : 0;
     }
     for (int rank = 0; rank < num_ranks; ++rank) {
-      RankStats& total = out.ranks[rank];
+      LayersRankStats& total = out.ranks[rank];
       const RankStats& pass = run.ranks[rank];
-      total.busy_ns += pass.busy_ns;
-      total.comm_ns += pass.comm_ns;
-      total.comm_exposed_ns += pass.comm_exposed_ns;
-      total.last_end_ns = std::max(total.last_end_ns, pass.last_end_ns);
+      const int replica = replica_of[rank];
+      const double weight = replica >= 0 ? marks[replica].weight : 0.0;
+      total.busy_seconds += weight * Seconds(pass.busy_ns);
+      total.comm_seconds += weight * Seconds(pass.comm_ns);
+      total.comm_exposed_seconds += weight * Seconds(pass.comm_exposed_ns);
     }
     for (const PassMarks& mark : marks) AddRankStats(mark, run, out, start_ns);
     if (keep_timeline) {
@@ -140,10 +149,12 @@ LayerRun RunLayers(std::vector<std::unique_ptr<LayerGraphBuilder>>& builders,
   return out;
 }
 
-// The terms of one replica's passes (per sequence and explicit layer set): local, ring and
-// recompute, from the slowest rank's progress marks.
+// The terms of one replica's passes over all the model's layers, one sequence (each explicit
+// pass times its weight): local, ring and recompute, from the slowest rank's progress marks, and
+// their sum.
 struct PassTerms {
   double local = 0, ring = 0, recompute = 0;
+  double all_layers() const { return local + ring + recompute; }
 };
 
 PassTerms TermsOfPasses(const std::vector<PassFigures>& passes) {
@@ -154,15 +165,15 @@ PassTerms TermsOfPasses(const std::vector<PassFigures>& passes) {
     const double ring_part =
         std::min(total, Seconds(std::max<int64_t>(0, pass.ring_done_ns - pass.local_in_ns)));
     if (pass.pass == Pass::kRecompute) {
-      terms.recompute += total;
+      terms.recompute += pass.weight * total;
     } else {
-      terms.ring += ring_part;
-      terms.local += total - ring_part;
+      terms.ring += pass.weight * ring_part;
+      terms.local += pass.weight * (total - ring_part);
     }
     // Selective recompute runs the MLP forward at the start of each backward pass: its slowest
     // rank's op is the recompute term, not part of the local phase.
-    terms.recompute += Seconds(pass.selective_ns);
-    terms.local -= Seconds(pass.selective_ns);
+    terms.recompute += pass.weight * Seconds(pass.selective_ns);
+    terms.local -= pass.weight * Seconds(pass.selective_ns);
     prev_end = pass.end_ns;
   }
   return terms;
@@ -179,17 +190,18 @@ Result<void> CheckOptions(const SimOptions& options, const ModelSpec& model) {
   return {};
 }
 
-// Each replica's busy time: sequences x (layers / explicit x its layer time + its LM head).
+// Each replica's busy time: sequences x (its weighted passes over all layers + its LM head).
 void FillReplicas(const std::vector<ReplicaRun>& replicas, const LayerRun& layer_run,
-                  const std::vector<double>& head_seconds, double scale, SimResult& out) {
+                  const std::vector<double>& head_seconds, SimResult& out) {
   for (size_t replica = 0; replica < replicas.size(); ++replica) {
     SimReplica row;
     row.replica = static_cast<int>(replica);
     row.sequences = replicas[replica].sequences;
     row.ranks = replicas[replica].ranks;
     row.layer_seconds = Seconds(layer_run.replica_makespan_ns[replica]);
+    row.all_layers_seconds = TermsOfPasses(layer_run.passes[replica]).all_layers();
     for (int rank : row.ranks) row.head_seconds = std::max(row.head_seconds, head_seconds[rank]);
-    row.busy_seconds = row.sequences * (scale * row.layer_seconds + row.head_seconds);
+    row.busy_seconds = row.sequences * (row.all_layers_seconds + row.head_seconds);
     if (out.replicas.empty() || row.busy_seconds > out.replicas[out.slowest_replica].busy_seconds)
       out.slowest_replica = static_cast<int>(replica);
     out.replicas.push_back(std::move(row));
@@ -238,8 +250,7 @@ Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOpt
   EngineResult sync_run = sync_engine.Run();
 
   SimResult out;
-  const double scale = static_cast<double>(model.layers) / options.explicit_layers;
-  FillReplicas(replicas, layer_run, head_seconds, scale, out);
+  FillReplicas(replicas, layer_run, head_seconds, out);
   const SimReplica& slowest = out.replicas[out.slowest_replica];
   out.layer_seconds = slowest.layer_seconds;
   out.head_seconds = slowest.head_seconds;
@@ -284,21 +295,21 @@ Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOpt
     if (r.replica >= 0) {
       const double sequences = out.replicas[r.replica].sequences;
       r.active = head_seconds[rank] > 0 || layer_run.active[rank];
-      const RankStats& ls = layer_run.ranks[rank];
+      const LayersRankStats& ls = layer_run.ranks[rank];
       const RankStats& ss = sync_run.ranks[rank];
-      r.busy_seconds = sequences * (scale * Seconds(ls.busy_ns) + head_seconds[rank]);
+      r.busy_seconds = sequences * (ls.busy_seconds + head_seconds[rank]);
       r.idle_seconds = std::max(0.0, out.iteration_seconds - r.busy_seconds);
       const double sync_comm = sync_rounds * model.layers * sync_passes * Seconds(ss.comm_ns);
-      r.comm_seconds = sequences * scale * Seconds(ls.comm_ns) + sync_comm;
-      r.exposed_comm_seconds = sequences * scale * Seconds(ls.comm_exposed_ns) +
-                               std::min(out.grad_sync_exposed_seconds, sync_comm);
+      r.comm_seconds = sequences * ls.comm_seconds + sync_comm;
+      r.exposed_comm_seconds =
+          sequences * ls.comm_exposed_seconds + std::min(out.grad_sync_exposed_seconds, sync_comm);
     }
     out.ranks.push_back(r);
   }
 
   // Terms against the cost model (which also charges the slowest replica's phases).
   const PassTerms terms = TermsOfPasses(layer_run.passes[out.slowest_replica]);
-  const double per_iteration = slowest.sequences * scale;
+  const double per_iteration = slowest.sequences;
   out.terms = {
       {"local (linear + all-to-all)", predicted.local_seconds, per_iteration * terms.local},
       {"ring attention", predicted.ring_seconds, per_iteration * terms.ring},
@@ -376,6 +387,7 @@ std::string SimResultToJson(const SimResult& result) {
                         {"sequences", replica.sequences},
                         {"ranks", replica.ranks},
                         {"layer_seconds", replica.layer_seconds},
+                        {"all_layers_seconds", replica.all_layers_seconds},
                         {"lm_head_seconds", replica.head_seconds},
                         {"busy_seconds", replica.busy_seconds}});
   j["replicas"] = replicas;

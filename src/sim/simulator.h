@@ -4,12 +4,16 @@
 //
 // Scaling: `explicit_layers` layers (default 1) are simulated forward, recompute and backward
 // with every message and attention block, each pass in an engine of its own (LayerGraphBuilder),
-// so only one pass's operations are held at a time. Data-parallel replicas: each replica is its
+// so only one pass's operations are held at a time. The iteration's first layer starts on every
+// rank at once and every later layer on each rank when its previous one ends there, which
+// changes how blocks overlap in the ring, so one more forward is simulated: the first counts
+// once, the others for the remaining layers - 1, the recompute and backward passes for layers /
+// explicit_layers each (graph.h, PassMarks::weight). Data-parallel replicas: each replica is its
 // one-replica plan (ReplicaPlan), and one engine per pass holds that pass of every replica, so
 // replicas that share a resource (a node's NIC pool with `nics_per_node`) contend for it; one
 // sequence of every replica runs at once (replicas are assumed busy side by side all iteration,
 // which holds when the batch split follows their speeds). A replica's busy time is
-//   sequences x (layers / explicit_layers x T_layers + T_lm_head),
+//   sequences x (sum over passes of weight x T_pass + T_lm_head),
 // its sequences one after another, and the iteration is the slowest replica's busy time plus the
 // exposed gradient sync. One layer's gradient bucket is simulated message by message over the
 // participating ranks only (ring inside each node over its participating GPUs, then a ring over
@@ -68,17 +72,18 @@ struct Timeline {
 // One data-parallel replica, simulated.
 struct SimReplica {
   int replica = 0;
-  int sequences = 0;         // per iteration
-  std::vector<int> ranks;    // its ranks, sorted
-  double layer_seconds = 0;  // its explicit layers, fwd + recompute + bwd, one sequence
-  double head_seconds = 0;   // its LM head per sequence (slowest rank)
-  double busy_seconds = 0;   // per iteration: sequences x (scaled layers + LM head)
+  int sequences = 0;              // per iteration
+  std::vector<int> ranks;         // its ranks, sorted
+  double layer_seconds = 0;       // its explicit passes' makespan, one sequence
+  double all_layers_seconds = 0;  // all the model's layers, one sequence: passes x weights
+  double head_seconds = 0;        // its LM head per sequence (slowest rank)
+  double busy_seconds = 0;        // per iteration: sequences x (all layers + LM head)
 };
 
 struct SimResult {
   double iteration_seconds = 0;
   double tokens_per_second = 0;
-  double layer_seconds = 0;            // the slowest replica's explicit layers, fwd + rec + bwd
+  double layer_seconds = 0;            // the slowest replica's explicit passes' makespan
   double head_seconds = 0;             // the slowest replica's LM head per sequence
   double grad_bucket_seconds = 0;      // one layer's gradient bucket
   double grad_sync_total_seconds = 0;  // all buckets

@@ -285,5 +285,31 @@ TEST(CostModel, SlowerLinksNeverFaster) {
   EXPECT_GT(t_slow, t_fast);
 }
 
+// Latency only (links so fast that bytes cost nothing): a 2-rank zigzag ring on two 1-GPU nodes.
+// Each rank needs the other's block. Forward: one K/V message in and one out per rank; backward:
+// the K/V block again, and its own block's dK/dV sum back from the other rank (the chain's last
+// group). A message carries every KV head of its block, so each costs one latency however many
+// KV heads the model has: ring comm per rank = layers x (fwd + recompute + bwd) latencies
+// = layers x (1 + 1 + 2) x latency.
+TEST(CostModel, RingPaysOneLatencyPerMessageNotPerKvHead) {
+  constexpr double kFreeBytesPerSecond = 1e18;
+  for (int kv_heads : {1, 8, 32}) {
+    ModelSpec model = Llama8b();
+    model.kv_heads = kv_heads;
+    const Cluster cluster = MakeCluster({Device("X", 1000, 0.8, 0.6)}, {2}, 1, kFreeBytesPerSecond);
+    Workload w;
+    w.seq_len = 4096;
+    const CostModel cm(cluster, model, w);
+    Plan plan = RingPlan(2, w.seq_len, model);
+    for (PlanGroup& group : plan.groups) group.members[0].node = cluster.ranks[group.ranks[0]].node;
+    ASSERT_TRUE(Validate(plan, cluster, model)) << Validate(plan, cluster, model).error().message;
+    const PlanCost cost = cm.Evaluate(plan);
+    const double latencies = model.layers * (1 + 1 + 2);
+    for (const RankCost& rc : cost.ranks)
+      EXPECT_NEAR(rc.ring_comm_seconds / (latencies * cluster.Latency(0, 1)), 1.0, 1e-3)
+          << "kv_heads " << kv_heads << " rank " << rc.rank;
+  }
+}
+
 }  // namespace
 }  // namespace hexiseq

@@ -1,7 +1,7 @@
 // The simulator simulates the layer schedule's messages: for random plans (uneven groups, split KV
 // groups with replicas, idle ranks), the (source, destination, bytes) multiset of one explicit
-// layer's messages equals the schedule's all-to-all pieces and ring messages, forward (twice under
-// full recompute) and backward.
+// layer's messages equals the schedule's all-to-all pieces and ring messages, forward (once more
+// for the next layer's staggered start, and again under full recompute) and backward.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -52,6 +52,9 @@ std::vector<MessageKey> ScheduledMessages(const Plan& plan, const CostModel& cos
     });
   };
   add_direction(Direction::kForward);
+  // One explicit layer of a model with more layers also simulates the next layer's forward (its
+  // staggered start, GraphOptions::explicit_layers).
+  if (cost.model().layers > 1) add_direction(Direction::kForward);
   if (cost.workload().recompute == Recompute::kFull) add_direction(Direction::kForward);
   add_direction(Direction::kBackward);
   std::sort(messages.begin(), messages.end());

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 
+#include "sched/baselines.h"
 #include "sim/trace.h"
 #include "sim_test_util.h"
 
@@ -101,6 +102,42 @@ TEST(Simulator, MoreExplicitLayersChangeLittle) {
   ASSERT_TRUE(a && b);
   EXPECT_LE(b->iteration_seconds, a->iteration_seconds * 1.001);  // pipelining across layers
   EXPECT_GE(b->iteration_seconds, a->iteration_seconds * 0.95);
+}
+
+// The iteration's first layer starts on every rank at once; every later one starts on a rank when
+// its previous layer ends there. On a speed-proportional ring of one H200 node and two L4 nodes
+// the H200 ranks' large blocks queue behind each other on the slow L4 links when everyone starts
+// together, so the first forward takes longer than the others. One explicit layer (with the extra
+// forward that measures the staggered start) must give the iteration that simulating every layer
+// gives, which is the reference.
+TEST(Simulator, OneExplicitLayerIsEveryLayerSimulated) {
+  const Cluster cluster = simtest::EightGpuNodes({"H200", "L4"}, {1, 2}, 25e9);
+  ModelSpec model = *LoadModel("llama3-8b");
+  model.layers = 6;
+  Workload w;
+  w.seq_len = 65536;
+  const CostModel cost(cluster, model, w);
+  const StrategyResult ring = HeteroRingBaseline(cost);
+  ASSERT_TRUE(ring.feasible());
+  SimOptions every_layer;
+  every_layer.explicit_layers = model.layers;
+  every_layer.keep_timeline = true;
+  auto one = Simulate(ring.plan, cost);
+  auto all = Simulate(ring.plan, cost, every_layer);
+  ASSERT_TRUE(one && all);
+  EXPECT_NEAR(one->iteration_seconds / all->iteration_seconds, 1.0, 0.005);
+  // The case is one where the start matters: the first forward ends well after 1/L of the
+  // forwards.
+  std::vector<int64_t> forward_end(model.layers, 0);
+  for (size_t id = 0; id < all->timeline.layer_ops.size(); ++id) {
+    const Op& op = all->timeline.layer_ops[id];
+    if (op.pass == Pass::kForward)
+      forward_end[op.layer] =
+          std::max(forward_end[op.layer], all->timeline.layer_timings[id].end_ns);
+  }
+  const double first = static_cast<double>(forward_end[0]);
+  const double later = static_cast<double>(forward_end[1] - forward_end[0]);
+  EXPECT_GT(first, 1.2 * later);
 }
 
 TEST(Simulator, BadInputIsAnErrorNotACrash) {

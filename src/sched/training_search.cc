@@ -113,6 +113,7 @@ void SearchBounded(const CostModel& model, const std::vector<TrainingConfig>& co
                    const ScheduleOptions& fixed, const FixedStrategy& run, Runs& runs) {
   const Screened first = ScreenAt(model, configs.front());
   runs.Add(run(WithTraining(model, first.config), fixed, &first.baselines));
+  if (runs.first_error) return;  // bad options: the same error at every configuration
   const double to_beat = runs.BestFeasibleSeconds();
   std::vector<Screened> screened;
   const std::vector<TrainingConfig> others(configs.begin() + 1, configs.end());

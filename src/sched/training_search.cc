@@ -20,14 +20,21 @@ bool ScreenBefore(const StrategyResult& a, const StrategyResult& b) {
   return a.cost.max_memory_fraction < b.cost.max_memory_fraction;
 }
 
-// The results of a strategy at the configurations it was run at, and the first error that is not
-// infeasibility.
+// The results of a strategy at the configurations it was run at, each with its table of
+// candidates (when the options ask for one), and the first error that is not infeasibility.
 struct Runs {
   std::vector<StrategyResult> results;
+  std::vector<std::vector<CandidateRecord>> tables;  // tables[i]: results[i]'s candidates
   std::optional<Error> first_error;
-  void Add(Result<StrategyResult> result) {
+  void Run(const FixedStrategy& run, const CostModel& at, const ScheduleOptions& fixed,
+           const std::vector<StrategyResult>* baselines) {
+    std::vector<CandidateRecord> table;
+    ScheduleOptions own = fixed;
+    if (fixed.candidates) own.candidates = &table;
+    Result<StrategyResult> result = run(at, own, baselines);
     if (result) {
       results.push_back(std::move(*result));
+      tables.push_back(std::move(table));
     } else if (result.error().code != ErrorCode::kInfeasible && !first_error) {
       first_error = result.error();
     }
@@ -112,7 +119,7 @@ std::vector<std::pair<TrainingConfig, double>> ByBound(const CostModel& model,
 void SearchBounded(const CostModel& model, const std::vector<TrainingConfig>& configs,
                    const ScheduleOptions& fixed, const FixedStrategy& run, Runs& runs) {
   const Screened first = ScreenAt(model, configs.front());
-  runs.Add(run(WithTraining(model, first.config), fixed, &first.baselines));
+  runs.Run(run, WithTraining(model, first.config), fixed, &first.baselines);
   if (runs.first_error) return;  // bad options: the same error at every configuration
   const double to_beat = runs.BestFeasibleSeconds();
   std::vector<Screened> screened;
@@ -124,7 +131,7 @@ void SearchBounded(const CostModel& model, const std::vector<TrainingConfig>& co
   });
   const size_t searches = std::isfinite(to_beat) ? kSearchedConfigs - 1 : kSearchedConfigs;
   for (size_t rank = 0; rank < std::min(searches, screened.size()); ++rank)
-    runs.Add(run(WithTraining(model, screened[rank].config), fixed, &screened[rank].baselines));
+    runs.Run(run, WithTraining(model, screened[rank].config), fixed, &screened[rank].baselines);
 }
 
 // Rows of the chosen result first, then the best of every other configuration, best first.
@@ -181,13 +188,17 @@ Result<StrategyResult> SearchTraining(const CostModel& model, const std::string&
     SearchBounded(model, configs, fixed, run, runs);
   } else {
     for (const TrainingConfig& config : configs)
-      runs.Add(run(WithTraining(model, config), fixed, nullptr));
+      runs.Run(run, WithTraining(model, config), fixed, nullptr);
   }
   std::vector<StrategyResult>& results = runs.results;
   if (results.empty()) {
     if (runs.first_error) return std::unexpected(*runs.first_error);
     return Infeasible(ExplainInfeasible(model, options));
   }
+  size_t best = 0;  // the first of the best, as the stable sort below keeps it
+  for (size_t index = 1; index < results.size(); ++index)
+    if (Better(results[index], results[best])) best = index;
+  if (options.candidates) *options.candidates = std::move(runs.tables[best]);
   std::stable_sort(results.begin(), results.end(), Better);
   StrategyResult chosen = results.front();
   chosen.options_considered =

@@ -49,7 +49,8 @@ using FixedStrategy = std::function<Result<StrategyResult>(
     const CostModel&, const ScheduleOptions&, const std::vector<StrategyResult>* baselines)>;
 
 // The best result of `run` over the open configurations, with options_considered: its own rows
-// first, then the best plan of each other configuration tried (best first). When no
+// first, then the best plan of each other configuration tried (best first). options.candidates,
+// when set, gets the candidate table of the configuration chosen. When no
 // configuration of a search gives a plan: kInfeasible explained by ExplainInfeasible(model,
 // options), or the first other error.
 Result<StrategyResult> SearchTraining(const CostModel& model, const std::string& name,

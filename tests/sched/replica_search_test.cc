@@ -274,6 +274,34 @@ TEST(TrainingSearch, AutoNeverWorseThanAnyFixedChoice) {
   }
 }
 
+// The candidate table `plan` prints is the chosen configuration's, not the last one searched.
+TEST(TrainingSearch, CandidateTableIsTheChosenConfigurations) {
+  Workload workload;
+  workload.seq_len = 32768;
+  workload.batch = 8;
+  const CostModel model(sched_test::MixedCluster(32), sched_test::Model("llama3-8b"), workload);
+  std::vector<CandidateRecord> table;
+  ScheduleOptions automatic;
+  automatic.zero_auto = automatic.recompute_auto = true;
+  automatic.candidates = &table;
+  auto chosen = RunStrategy(model, "hexiseq", automatic);
+  ASSERT_TRUE(chosen) << chosen.error().message;
+  ASSERT_GE(chosen->options_considered.size(), 2u) << "a second configuration was searched";
+  // This case is chosen at the first configuration searched (ZeRO 2, no recompute), so a fixed
+  // run there gives the same table.
+  ASSERT_EQ(chosen->plan.zero_stage, kLeastMemoryAllReduceStage);
+  ASSERT_EQ(chosen->plan.recompute, "none");
+  std::vector<CandidateRecord> fixed_table;
+  ScheduleOptions fixed;
+  fixed.candidates = &fixed_table;
+  ASSERT_TRUE(Schedule(WithTraining(model, {kLeastMemoryAllReduceStage, Recompute::kNone}), fixed));
+  ASSERT_EQ(table.size(), fixed_table.size());
+  for (size_t row = 0; row < table.size(); ++row) {
+    EXPECT_EQ(table[row].name, fixed_table[row].name) << row;
+    EXPECT_EQ(table[row].iteration_seconds, fixed_table[row].iteration_seconds) << row;
+  }
+}
+
 // 8 H100 + 8 A100 behind a 1 GB/s NIC: the A100s are left out; the options name the best plan
 // over every rank (what leaving out gained) and a runner-up training configuration.
 TEST(TrainingSearch, OptionsNameTheAllRanksPlanAndTheRunnerUp) {

@@ -5,10 +5,15 @@
 //                                    full recompute, and RunStrategy with both auto
 //   sched_replicas ideal             fraction of ideal (cost model), 32-128 GPUs, 32K and 128K,
 //                                    batch 8 and 16, both auto; the best baseline beside it
+//   sched_replicas quality           the predicted iteration time of every strategy's plan (both
+//                                    auto) on the cases of ideal and speed 128 1024, to compare
+//                                    a scheduler change before and after
+// Planning times are wall-clock and CPU time of the process (the machine may be shared).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -24,11 +29,17 @@ namespace {
 constexpr int64_t kSpeedSeq = 131072;
 constexpr int kSpeedBatch = 16;
 
+struct Timing {
+  double wall = 0, cpu = 0;  // seconds
+};
+
 template <typename F>
-double Seconds(F&& run) {
+Timing Seconds(F&& run) {
   const auto start = std::chrono::steady_clock::now();
+  const std::clock_t cpu_start = std::clock();
   run();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return {std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+          static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC};
 }
 
 // The best feasible baseline time over every open training configuration.
@@ -56,8 +67,8 @@ void Check(const CostModel& model, const StrategyResult& result, double best_bas
 
 int Speed(std::vector<int> sizes) {
   if (sizes.empty()) sizes = {128, 1024, 8192};
-  std::printf("%-6s %-14s %-12s %-12s %-9s %s\n", "gpus", "fixed_plan_s", "auto_plan_s", "iter_s",
-              "replicas", "config");
+  std::printf("%-6s %-14s %-14s %-12s %-12s %-12s %-9s %s\n", "gpus", "fixed_plan_s", "fixed_cpu_s",
+              "auto_plan_s", "auto_cpu_s", "iter_s", "replicas", "config");
   for (int gpus : sizes) {
     Workload workload;
     workload.seq_len = kSpeedSeq;
@@ -65,17 +76,19 @@ int Speed(std::vector<int> sizes) {
     workload.zero_stage = 1;
     const CostModel model(sched_test::MixedCluster(gpus), sched_test::Model("llama3-8b"), workload);
     Result<StrategyResult> fixed, chosen;
-    const double fixed_seconds = Seconds([&] { fixed = Schedule(model); });
-    std::fprintf(stderr, "%d GPUs: fixed settings planned in %.3f s\n", gpus, fixed_seconds);
+    const Timing fixed_seconds = Seconds([&] { fixed = Schedule(model); });
+    std::fprintf(stderr, "%d GPUs: fixed settings planned in %.3f s (%.3f s CPU)\n", gpus,
+                 fixed_seconds.wall, fixed_seconds.cpu);
     ScheduleOptions automatic;
     automatic.zero_auto = automatic.recompute_auto = true;
-    const double auto_seconds = Seconds([&] { chosen = RunStrategy(model, "hexiseq", automatic); });
+    const Timing auto_seconds = Seconds([&] { chosen = RunStrategy(model, "hexiseq", automatic); });
     if (!fixed || !chosen) {
       std::printf("%-6d no plan\n", gpus);
       continue;
     }
     Check(model, *fixed, BestBaseline(model, {}));
-    std::printf("%-6d %-14.3f %-12.3f %-12.4f %-9d %s\n", gpus, fixed_seconds, auto_seconds,
+    std::printf("%-6d %-14.3f %-14.3f %-12.3f %-12.3f %-12.4f %-9d %s\n", gpus, fixed_seconds.wall,
+                fixed_seconds.cpu, auto_seconds.wall, auto_seconds.cpu,
                 chosen->cost.iteration_seconds, NumReplicas(chosen->plan), chosen->config.c_str());
     std::fflush(stdout);
   }
@@ -96,7 +109,8 @@ int Ideal() {
         const CostModel model(sched_test::MixedCluster(gpus), sched_test::Model("llama3-8b"),
                               workload);
         Result<StrategyResult> chosen;
-        const double seconds = Seconds([&] { chosen = RunStrategy(model, "hexiseq", automatic); });
+        const double seconds =
+            Seconds([&] { chosen = RunStrategy(model, "hexiseq", automatic); }).wall;
         if (!chosen) {
           std::printf("%-6d %-8lld %-6d no plan\n", gpus, static_cast<long long>(seq), batch);
           continue;
@@ -113,6 +127,48 @@ int Ideal() {
   return 0;
 }
 
+// Every strategy's predicted iteration time (both auto; "-" where none fits or applies).
+int Quality() {
+  struct Case {
+    int gpus;
+    int64_t seq;
+    int batch;
+  };
+  std::vector<Case> cases;
+  for (int gpus : {32, 64, 128})
+    for (int64_t seq : {int64_t{32768}, kSpeedSeq})
+      for (int batch : {8, 16}) cases.push_back({gpus, seq, batch});
+  cases.push_back({1024, kSpeedSeq, kSpeedBatch});  // speed 1024 (speed 128 is above)
+  ScheduleOptions automatic;
+  automatic.zero_auto = automatic.recompute_auto = true;
+  std::printf("%-6s %-8s %-6s %-12s %-12s %-10s %s\n", "gpus", "seq", "batch", "strategy", "iter_s",
+              "training", "config");
+  for (const Case& c : cases) {
+    Workload workload;
+    workload.seq_len = c.seq;
+    workload.batch = c.batch;
+    const CostModel model(sched_test::MixedCluster(c.gpus), sched_test::Model("llama3-8b"),
+                          workload);
+    double hexiseq = 0;
+    for (const std::string& name : {"hexiseq", "ring", "ulysses", "usp", "hetero-ring", "subset"}) {
+      auto result = RunStrategy(model, name, automatic);
+      const bool scored = result && result->feasible();
+      if (scored && name == "hexiseq") hexiseq = result->cost.iteration_seconds;
+      if (scored && hexiseq > 0 && name != "hexiseq" &&
+          result->cost.iteration_seconds * (1 + 1e-9) < hexiseq)
+        std::printf("HEXISEQ SLOWER THAN %s\n", name.c_str());
+      const std::string training =
+          scored ? std::to_string(result->plan.zero_stage) + "/" + result->plan.recompute : "-";
+      std::printf("%-6d %-8lld %-6d %-12s %-12.6g %-10s %s\n", c.gpus,
+                  static_cast<long long>(c.seq), c.batch, name.c_str(),
+                  scored ? result->cost.iteration_seconds : 0.0, training.c_str(),
+                  scored ? result->config.c_str() : "-");
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -121,5 +177,6 @@ int main(int argc, char** argv) {
   std::vector<int> sizes;
   for (int arg = 2; arg < argc; ++arg) sizes.push_back(std::atoi(argv[arg]));
   if (mode == "ideal") return Ideal();
+  if (mode == "quality") return Quality();
   return Speed(sizes);
 }

@@ -401,6 +401,7 @@ void AddPeer(std::vector<CostModel::PeerTraffic>& list, int group, int64_t token
 // group (forward or backward); non-decreasing, so the first group at or after a key position is a
 // binary search. Returns that i (1-based), or 0 when none among the first `limit`.
 int FirstReaching(const std::vector<int64_t>& reach, int limit, int64_t position) {
+  if (limit > 0 && reach.front() >= position) return 1;  // the common case, without the search
   const auto end = reach.begin() + limit;
   const auto found = std::lower_bound(reach.begin(), end, position);
   return found == end ? 0 : static_cast<int>(found - reach.begin()) + 1;
@@ -432,7 +433,10 @@ void CostModel::GroupChainTraffic(const Plan& plan, int group_index, ChainTraffi
   }
   if (self < 0) return;
   const int ring_size = static_cast<int>(ring.size());
-  auto at = [&](int distance) { return ((self + distance) % ring_size + ring_size) % ring_size; };
+  auto at = [&](int distance) {  // REQUIRES: |distance| < ring_size (no division needed)
+    const int index = self + distance;
+    return index >= ring_size ? index - ring_size : index < 0 ? index + ring_size : index;
+  };
   ahead.assign(ring_size - 1, -1);
   behind.assign(ring_size - 1, -1);
   for (int distance = 1; distance < ring_size; ++distance) {

@@ -10,7 +10,8 @@
 // times, every replica at least one); the whole plan is then scored by CostModel::Evaluate.
 // Candidates are screened with cheap replica plans (the proportional plan or the best USP
 // factorisation) and the best few re-planned by the one-replica scheduler (without its
-// rank-level search). Nodes are cut into parts only while there are fewer units than sequences.
+// rank-level search; its best two group-level candidates refined). Nodes are cut into parts
+// only while there are fewer units than sequences.
 #pragma once
 
 #include <limits>

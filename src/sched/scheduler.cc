@@ -587,7 +587,7 @@ int64_t AutoTrials(int num_ranks, int num_groups) {
 namespace sched_internal {
 
 SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& options, bool quick,
-                           bool rank_search) {
+                           bool rank_search, const std::vector<StrategyResult>* scored_baselines) {
   const bool small =
       rank_search && model.cluster().num_ranks() <= kStructureSearchUpTo;  // rank level
   Clock clock(options.time_limit_seconds);
@@ -599,7 +599,8 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
   report(0);
 
   // ---- Baselines (seeds and the floor the result must beat).
-  std::vector<StrategyResult> baselines = AllBaselines(model);
+  std::vector<StrategyResult> baselines =
+      scored_baselines ? *scored_baselines : AllBaselines(model);
   baselines.push_back(ProportionalPlan(model));
   report(0.05);
 
@@ -869,6 +870,13 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
 }  // namespace sched_internal
 
 Result<StrategyResult> Schedule(const CostModel& model, const ScheduleOptions& options) {
+  return sched_internal::ScheduleWithBaselines(model, options, nullptr);
+}
+
+namespace sched_internal {
+
+Result<StrategyResult> ScheduleWithBaselines(const CostModel& model, const ScheduleOptions& options,
+                                             const std::vector<StrategyResult>* baselines) {
   if (options.top_k < 1)
     return InvalidArgument("scheduler: top_k = " + std::to_string(options.top_k) +
                            ": must be >= 1");
@@ -878,7 +886,7 @@ Result<StrategyResult> Schedule(const CostModel& model, const ScheduleOptions& o
     return InvalidArgument("--time-limit = " + std::to_string(options.time_limit_seconds) +
                            ": must be >= 0 (0 means no limit)");
   const Clock clock(options.time_limit_seconds);
-  SearchOutcome out = RunScheduler(model, options, false);
+  SearchOutcome out = RunScheduler(model, options, false, true, baselines);
   out.best = ChooseWithReplicas(out, SearchReplicas(model, options, clock));
   if (!out.best.cost.feasible) {
     if (!options.explain_infeasible)
@@ -887,5 +895,7 @@ Result<StrategyResult> Schedule(const CostModel& model, const ScheduleOptions& o
   }
   return out.best;
 }
+
+}  // namespace sched_internal
 
 }  // namespace hexiseq

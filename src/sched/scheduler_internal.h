@@ -61,9 +61,15 @@ struct SearchOutcome {
 // The scheduler proper. `quick`: one structure pass, one candidate, no descent (used by
 // ExplainInfeasible's re-plans). `rank_search`: the rank-level structure search and the wider
 // refinement on small clusters (off for the replica search's re-plans, which plan many small
-// sub-clusters).
+// sub-clusters). `baselines`: AllBaselines(model) when the caller has scored them (null: scored
+// here).
 SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& options, bool quick,
-                           bool rank_search = true);
+                           bool rank_search = true,
+                           const std::vector<StrategyResult>* baselines = nullptr);
+
+// Schedule with the baselines already scored (`baselines` as for RunScheduler).
+Result<StrategyResult> ScheduleWithBaselines(const CostModel& model, const ScheduleOptions& options,
+                                             const std::vector<StrategyResult>* baselines);
 
 // ---- The exact search's domain (exact_search.cc states it in full; the steps are in
 // scheduler.h).

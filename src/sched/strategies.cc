@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "sched/scheduler_internal.h"
 #include "sched/training_search.h"
 
 namespace hexiseq {
@@ -16,10 +17,12 @@ const std::vector<std::string>& StrategyNames() {
 
 namespace {
 
-// One strategy at the workload's ZeRO stage and recompute policy.
+// One strategy at the workload's ZeRO stage and recompute policy (`baselines`: AllBaselines of
+// `model` when already scored, else null).
 Result<StrategyResult> RunFixed(const CostModel& model, const std::string& name,
-                                const ScheduleOptions& options) {
-  if (name == "hexiseq") return Schedule(model, options);
+                                const ScheduleOptions& options,
+                                const std::vector<StrategyResult>* baselines = nullptr) {
+  if (name == "hexiseq") return sched_internal::ScheduleWithBaselines(model, options, baselines);
   if (name == "exact") return ExactSearch(model, options);
   if (name == "ring") return RingBaseline(model);
   if (name == "ulysses") return UlyssesBaseline(model);
@@ -40,8 +43,9 @@ Result<StrategyResult> RunStrategy(const CostModel& model, const std::string& na
       std::find(names.begin(), names.end(), name) == names.end())
     return RunFixed(model, name, options);
   return SearchTraining(model, name, options,
-                        [&name](const CostModel& fixed_model, const ScheduleOptions& fixed) {
-                          return RunFixed(fixed_model, name, fixed);
+                        [&name](const CostModel& fixed_model, const ScheduleOptions& fixed,
+                                const std::vector<StrategyResult>* baselines) {
+                          return RunFixed(fixed_model, name, fixed, baselines);
                         });
 }
 

@@ -2,6 +2,8 @@
 #include "sched/training_search.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <optional>
 
 namespace hexiseq {
@@ -11,12 +13,6 @@ constexpr size_t kSearchedConfigs = 2;  // configurations a search is run at, af
 
 bool IsSearch(const std::string& name) { return name == "hexiseq" || name == "exact"; }
 
-// The best baseline of a configuration (the screen's score).
-StrategyResult BestBaseline(const CostModel& model) {
-  std::vector<StrategyResult> baselines = AllBaselines(model);
-  return *std::min_element(baselines.begin(), baselines.end(), Better);
-}
-
 // Feasible first by time, then by memory (the configuration closest to fitting).
 bool ScreenBefore(const StrategyResult& a, const StrategyResult& b) {
   if (a.feasible() != b.feasible()) return a.feasible();
@@ -24,18 +20,118 @@ bool ScreenBefore(const StrategyResult& a, const StrategyResult& b) {
   return a.cost.max_memory_fraction < b.cost.max_memory_fraction;
 }
 
-// The configurations a search is run at: the best few by their best baseline.
-std::vector<TrainingConfig> Screen(const CostModel& model,
-                                   const std::vector<TrainingConfig>& configs) {
-  std::vector<std::pair<StrategyResult, size_t>> scored;
-  for (size_t index = 0; index < configs.size(); ++index)
-    scored.push_back({BestBaseline(WithTraining(model, configs[index])), index});
-  std::stable_sort(scored.begin(), scored.end(),
-                   [](const auto& a, const auto& b) { return ScreenBefore(a.first, b.first); });
-  std::vector<TrainingConfig> kept;
-  for (size_t rank = 0; rank < std::min(kSearchedConfigs, scored.size()); ++rank)
-    kept.push_back(configs[scored[rank].second]);
-  return kept;
+// The results of a strategy at the configurations it was run at, each with its table of
+// candidates (when the options ask for one), and the first error that is not infeasibility.
+struct Runs {
+  std::vector<StrategyResult> results;
+  std::vector<std::vector<CandidateRecord>> tables;  // tables[i]: results[i]'s candidates
+  std::optional<Error> first_error;
+  void Run(const FixedStrategy& run, const CostModel& at, const ScheduleOptions& fixed,
+           const std::vector<StrategyResult>* baselines) {
+    std::vector<CandidateRecord> table;
+    ScheduleOptions own = fixed;
+    if (fixed.candidates) own.candidates = &table;
+    Result<StrategyResult> result = run(at, own, baselines);
+    if (result) {
+      results.push_back(std::move(*result));
+      tables.push_back(std::move(table));
+    } else if (result.error().code != ErrorCode::kInfeasible && !first_error) {
+      first_error = result.error();
+    }
+  }
+  // The fastest feasible result so far (infinity when none is feasible).
+  double BestFeasibleSeconds() const {
+    double best = std::numeric_limits<double>::infinity();
+    for (const StrategyResult& result : results)
+      if (result.feasible()) best = std::min(best, result.cost.iteration_seconds);
+    return best;
+  }
+};
+
+// A configuration with the baselines scored there and the best of them.
+struct Screened {
+  TrainingConfig config;
+  std::vector<StrategyResult> baselines;  // AllBaselines at the configuration
+  StrategyResult best;                    // the best baseline (the screen's score)
+};
+
+Screened ScreenAt(const CostModel& model, const TrainingConfig& config) {
+  Screened screened{config, AllBaselines(WithTraining(model, config)), {}};
+  screened.best = *std::min_element(screened.baselines.begin(), screened.baselines.end(), Better);
+  return screened;
+}
+
+// A result's plan scored at `model`'s settings (its ZeRO stage and recompute policy).
+StrategyResult Rescored(const CostModel& model, const StrategyResult& result) {
+  Plan plan = result.plan;
+  const Plan shell = EmptyPlan(model, plan.strategy);
+  plan.zero_stage = shell.zero_stage;
+  plan.recompute = shell.recompute;
+  plan.input_hash = shell.input_hash;
+  return Score(model, std::move(plan), result.config);
+}
+
+// The baselines at another configuration, given those at the first one and the best plan found
+// there (`to_beat`). A plan takes at least as long here as there (ZeRO-3's extra sync,
+// recompute's extra work; TrainingSearch.PlansNeverFasterThanAtTheFirstConfiguration), so a
+// baseline that was feasible there and no faster than that plan is not expected to beat it here
+// either: its plan from there is only re-scored here (a seed and a floor for the search), and
+// every other baseline is run again. This is exact for a baseline that picks among the same
+// plans at every configuration; the data-parallel baselines' per-replica choice and hetero-ring's
+// memory cap may pick other plans here, so the benches check the floor against every baseline
+// run at every configuration (sched_replicas quality, bench/sched/plan_quality --diff).
+Screened ScreenAgainst(const CostModel& model, const TrainingConfig& config, const Screened& first,
+                       double to_beat) {
+  const CostModel at = WithTraining(model, config);
+  Screened screened{config, {}, {}};
+  for (const StrategyResult& baseline : first.baselines) {
+    if (!baseline.applicable) {
+      screened.baselines.push_back(baseline);
+    } else if (baseline.feasible() && baseline.cost.iteration_seconds >= to_beat) {
+      screened.baselines.push_back(Rescored(at, baseline));
+    } else {
+      screened.baselines.push_back(*RunStrategy(at, baseline.strategy, {}));
+    }
+  }
+  screened.best = *std::min_element(screened.baselines.begin(), screened.baselines.end(), Better);
+  return screened;
+}
+
+// The configurations ordered by their aggregate-compute bound, least first (stable): no plan at a
+// configuration is faster than its bound.
+std::vector<std::pair<TrainingConfig, double>> ByBound(const CostModel& model,
+                                                       const std::vector<TrainingConfig>& configs) {
+  std::vector<std::pair<TrainingConfig, double>> order;
+  for (const TrainingConfig& config : configs)
+    order.push_back({config, WithTraining(model, config).IdealIterationSeconds()});
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.second < b.second; });
+  return order;
+}
+
+// A search over the open configurations (TrainingConfigs order: the first has the lowest ZeRO
+// stage and the least recompute, so every plan is fastest there). First the search at the first
+// configuration; then the baselines at every other configuration whose bound is below the best
+// plan found (the others cannot beat it: neither the search nor a baseline there), and the
+// search at the best of those by best baseline (the best two when the first search found no
+// feasible plan). The best baseline over every configuration is therefore at a configuration
+// searched or no faster than a plan found, so the search keeps its floor.
+void SearchBounded(const CostModel& model, const std::vector<TrainingConfig>& configs,
+                   const ScheduleOptions& fixed, const FixedStrategy& run, Runs& runs) {
+  const Screened first = ScreenAt(model, configs.front());
+  runs.Run(run, WithTraining(model, first.config), fixed, &first.baselines);
+  if (runs.first_error) return;  // bad options: the same error at every configuration
+  const double to_beat = runs.BestFeasibleSeconds();
+  std::vector<Screened> screened;
+  const std::vector<TrainingConfig> others(configs.begin() + 1, configs.end());
+  for (const auto& [config, bound] : ByBound(model, others))
+    if (bound < to_beat) screened.push_back(ScreenAgainst(model, config, first, to_beat));
+  std::stable_sort(screened.begin(), screened.end(), [](const Screened& a, const Screened& b) {
+    return ScreenBefore(a.best, b.best);
+  });
+  const size_t searches = std::isfinite(to_beat) ? kSearchedConfigs - 1 : kSearchedConfigs;
+  for (size_t rank = 0; rank < std::min(searches, screened.size()); ++rank)
+    runs.Run(run, WithTraining(model, screened[rank].config), fixed, &screened[rank].baselines);
 }
 
 // Rows of the chosen result first, then the best of every other configuration, best first.
@@ -58,7 +154,7 @@ std::vector<TrainingOption> OptionRows(const StrategyResult& chosen,
 std::vector<TrainingConfig> TrainingConfigs(const Workload& workload,
                                             const ScheduleOptions& options) {
   std::vector<int> stages = {workload.zero_stage};
-  if (options.zero_auto) stages = {0, 1, 2, 3};
+  if (options.zero_auto) stages = {kLeastMemoryAllReduceStage, kShardedWeightsStage};
   std::vector<Recompute> policies = {workload.recompute};
   if (options.recompute_auto)
     policies = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
@@ -83,25 +179,26 @@ double IdealIterationSeconds(const CostModel& model, const ScheduleOptions& opti
 
 Result<StrategyResult> SearchTraining(const CostModel& model, const std::string& name,
                                       const ScheduleOptions& options, const FixedStrategy& run) {
-  std::vector<TrainingConfig> configs = TrainingConfigs(model.workload(), options);
-  if (IsSearch(name) && configs.size() > kSearchedConfigs) configs = Screen(model, configs);
+  const std::vector<TrainingConfig> configs = TrainingConfigs(model.workload(), options);
   ScheduleOptions fixed = options;
   fixed.zero_auto = fixed.recompute_auto = false;
   fixed.explain_infeasible = false;
-  std::vector<StrategyResult> results;
-  std::optional<Error> first_error;
-  for (const TrainingConfig& config : configs) {
-    auto result = run(WithTraining(model, config), fixed);
-    if (result) {
-      results.push_back(std::move(*result));
-    } else if (result.error().code != ErrorCode::kInfeasible && !first_error) {
-      first_error = result.error();
-    }
+  Runs runs;
+  if (IsSearch(name) && configs.size() > kSearchedConfigs) {
+    SearchBounded(model, configs, fixed, run, runs);
+  } else {
+    for (const TrainingConfig& config : configs)
+      runs.Run(run, WithTraining(model, config), fixed, nullptr);
   }
+  std::vector<StrategyResult>& results = runs.results;
   if (results.empty()) {
-    if (first_error) return std::unexpected(*first_error);
+    if (runs.first_error) return std::unexpected(*runs.first_error);
     return Infeasible(ExplainInfeasible(model, options));
   }
+  size_t best = 0;  // the first of the best, as the stable sort below keeps it
+  for (size_t index = 1; index < results.size(); ++index)
+    if (Better(results[index], results[best])) best = index;
+  if (options.candidates) *options.candidates = std::move(runs.tables[best]);
   std::stable_sort(results.begin(), results.end(), Better);
   StrategyResult chosen = results.front();
   chosen.options_considered =

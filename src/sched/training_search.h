@@ -1,10 +1,19 @@
-// `--zero auto` and `--recompute auto`: the planner tries every ZeRO stage and recompute policy
-// the options leave open and keeps the fastest feasible plan. Cheap strategies (the baselines)
-// are run at every configuration; the searches (hexiseq, exact) are run only at the few
-// configurations whose best baseline is fastest (the screen: a feasible baseline first, by
-// iteration time; then by memory), which keeps their floor: the best baseline over every
-// configuration is among those screened first. Ignores nothing else: each configuration is a
-// full re-plan scored by the cost model.
+// `--zero auto` and `--recompute auto`: the planner tries the ZeRO stages and recompute policies
+// the options leave open and keeps the fastest feasible plan. ZeRO 0 and 1 are not tried: the
+// cost model charges stages 0, 1 and 2 the same time for any plan (one all-reduce per iteration)
+// and stage 2 the least memory of the three, so stage 2 is never worse (tested in
+// TrainingSearch.ZeroStagesBelowThreeCostTheSameTime). Cheap strategies (the baselines) are run
+// at every configuration. The searches (hexiseq, exact), when more than two configurations are
+// open, are run at the first (the lowest stage without recompute: every plan is fastest there),
+// then at the best other configuration by its best baseline; a configuration whose
+// aggregate-compute bound is no less than the plan found is skipped (no plan there, searched or
+// baseline, can beat it), and there a baseline that was feasible at the first configuration and
+// no faster than that plan is only re-scored, not re-planned (a plan is never faster at another
+// configuration: TrainingSearch.PlansNeverFasterThanAtTheFirstConfiguration). So the best
+// baseline over every configuration is at a searched configuration or no faster than a plan
+// found, and the search keeps its floor; the baselines scored at a configuration are handed to
+// its search, which does not score them again. Ignores nothing else: each searched configuration
+// is a full re-plan scored by the cost model.
 #pragma once
 
 #include <functional>
@@ -14,6 +23,10 @@
 #include "sched/strategies.h"
 
 namespace hexiseq {
+
+// The stages `--zero auto` tries: the all-reduce stage with the least memory, and ZeRO-3.
+inline constexpr int kLeastMemoryAllReduceStage = 2;
+inline constexpr int kShardedWeightsStage = 3;
 
 struct TrainingConfig {
   int zero_stage = 3;
@@ -30,12 +43,14 @@ CostModel WithTraining(const CostModel& model, const TrainingConfig& config);
 // allow: without recompute when the recompute policy is auto.
 double IdealIterationSeconds(const CostModel& model, const ScheduleOptions& options);
 
-// One strategy at the model's fixed settings.
-using FixedStrategy =
-    std::function<Result<StrategyResult>(const CostModel&, const ScheduleOptions&)>;
+// One strategy at the model's fixed settings. `baselines`: AllBaselines of that model when the
+// caller has already scored them (null: not scored yet).
+using FixedStrategy = std::function<Result<StrategyResult>(
+    const CostModel&, const ScheduleOptions&, const std::vector<StrategyResult>* baselines)>;
 
 // The best result of `run` over the open configurations, with options_considered: its own rows
-// first, then the best plan of each other configuration tried (best first). When no
+// first, then the best plan of each other configuration tried (best first). options.candidates,
+// when set, gets the candidate table of the configuration chosen. When no
 // configuration of a search gives a plan: kInfeasible explained by ExplainInfeasible(model,
 // options), or the first other error.
 Result<StrategyResult> SearchTraining(const CostModel& model, const std::string& name,

@@ -154,6 +154,91 @@ TEST(TrainingSearch, FixedSettingsAreRespected) {
   }
 }
 
+// Plans of every kind (each baseline's, the scheduler's: replicas, left-out ranks, one replica)
+// on random clusters, planned at ZeRO 2 without recompute.
+struct PlannedCase {
+  Cluster cluster;
+  Workload workload;
+  Plan plan;
+};
+std::vector<PlannedCase> MixedPlans(std::mt19937_64& rng, int cases) {
+  std::vector<PlannedCase> plans;
+  for (int trial = 0; trial < cases; ++trial) {
+    const Cluster cluster = sched_test::RandomSmallCluster(rng, 4 + static_cast<int>(rng() % 29));
+    Workload workload;
+    workload.seq_len = int64_t{8192} << (rng() % 5);
+    workload.batch = 1 + static_cast<int>(rng() % 8);
+    workload.zero_stage = kLeastMemoryAllReduceStage;
+    workload.recompute = Recompute::kNone;
+    const CostModel model(cluster, sched_test::Model("llama3-8b"), workload);
+    std::vector<StrategyResult> results = AllBaselines(model);
+    ScheduleOptions options;
+    options.explain_infeasible = false;
+    if (auto scheduled = Schedule(model, options)) results.push_back(*scheduled);
+    for (const StrategyResult& result : results)
+      if (result.applicable) plans.push_back({cluster, workload, result.plan});
+  }
+  return plans;
+}
+
+// The case's plan scored at another ZeRO stage and recompute policy.
+PlanCost EvaluateAt(const PlannedCase& planned, const TrainingConfig& config) {
+  Workload workload = planned.workload;
+  Plan plan = planned.plan;
+  workload.zero_stage = plan.zero_stage = config.zero_stage;
+  workload.recompute = config.recompute;
+  plan.recompute = RecomputeName(config.recompute);
+  return CostModel(planned.cluster, sched_test::Model("llama3-8b"), workload).Evaluate(plan);
+}
+
+const Recompute kPolicies[] = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+
+// Why --zero auto tries only stages 2 and 3: any plan takes the same time at stages 0, 1 and 2
+// and needs the least memory at 2.
+TEST(TrainingSearch, ZeroStagesBelowThreeCostTheSameTime) {
+  std::mt19937_64 rng(21);
+  const std::vector<PlannedCase> plans = MixedPlans(rng, 8);
+  ASSERT_GE(plans.size(), 30u);
+  int with_replicas = 0;
+  for (const PlannedCase& planned : plans) {
+    with_replicas += NumReplicas(planned.plan) > 1;
+    for (Recompute policy : kPolicies) {
+      const PlanCost two = EvaluateAt(planned, {kLeastMemoryAllReduceStage, policy});
+      for (int stage : {0, 1}) {
+        const PlanCost lower = EvaluateAt(planned, {stage, policy});
+        SCOPED_TRACE(planned.plan.config + " at zero " + std::to_string(stage));
+        EXPECT_DOUBLE_EQ(lower.iteration_seconds, two.iteration_seconds);
+        EXPECT_GE(lower.max_memory_fraction, two.max_memory_fraction * (1 - 1e-12));
+        if (lower.feasible) EXPECT_TRUE(two.feasible);
+      }
+    }
+  }
+  EXPECT_GE(with_replicas, 3);
+}
+
+// Why the search over settings may re-score a baseline's plan from its first configuration (ZeRO
+// 2, no recompute) instead of re-planning it, and skip a configuration whose aggregate-compute
+// bound is above a plan found: a plan is never faster at another configuration, and no plan is
+// faster than the bound.
+TEST(TrainingSearch, PlansNeverFasterThanAtTheFirstConfiguration) {
+  std::mt19937_64 rng(22);
+  for (const PlannedCase& planned : MixedPlans(rng, 8)) {
+    const PlanCost first = EvaluateAt(planned, {kLeastMemoryAllReduceStage, Recompute::kNone});
+    for (int stage : {kLeastMemoryAllReduceStage, kShardedWeightsStage})
+      for (Recompute policy : kPolicies) {
+        SCOPED_TRACE(planned.plan.config + " at zero " + std::to_string(stage) + " recompute " +
+                     RecomputeName(policy));
+        Workload workload = planned.workload;
+        workload.zero_stage = stage;
+        workload.recompute = policy;
+        const CostModel model(planned.cluster, sched_test::Model("llama3-8b"), workload);
+        const PlanCost cost = EvaluateAt(planned, {stage, policy});
+        EXPECT_GE(cost.iteration_seconds, first.iteration_seconds * (1 - 1e-12));
+        EXPECT_GE(cost.iteration_seconds, model.IdealIterationSeconds() * (1 - 1e-9));
+      }
+  }
+}
+
 // The baselines try every ZeRO stage and recompute policy; the scheduler (the costly case) every
 // ZeRO stage at full recompute.
 TEST(TrainingSearch, AutoNeverWorseThanAnyFixedChoice) {
@@ -173,7 +258,12 @@ TEST(TrainingSearch, AutoNeverWorseThanAnyFixedChoice) {
       auto chosen = RunStrategy(model, name, automatic);
       ASSERT_TRUE(chosen) << chosen.error().message;
       EXPECT_GE(chosen->options_considered.size(), 2u);
-      for (const TrainingConfig& config : TrainingConfigs(workload, automatic)) {
+      std::vector<TrainingConfig> every;  // stages 0 and 1 too, which auto does not try
+      for (int stage = 0; stage <= kShardedWeightsStage; ++stage)
+        for (Recompute policy : kPolicies)
+          if (automatic.recompute_auto || policy == workload.recompute)
+            every.push_back({stage, policy});
+      for (const TrainingConfig& config : every) {
         auto fixed = RunStrategy(WithTraining(model, config), name, {});
         if (!fixed || !fixed->feasible()) continue;
         EXPECT_LE(chosen->cost.iteration_seconds, fixed->cost.iteration_seconds * (1 + 1e-9))
@@ -181,6 +271,34 @@ TEST(TrainingSearch, AutoNeverWorseThanAnyFixedChoice) {
             << RecomputeName(config.recompute) << ", seq " << c.seq;
       }
     }
+  }
+}
+
+// The candidate table `plan` prints is the chosen configuration's, not the last one searched.
+TEST(TrainingSearch, CandidateTableIsTheChosenConfigurations) {
+  Workload workload;
+  workload.seq_len = 32768;
+  workload.batch = 8;
+  const CostModel model(sched_test::MixedCluster(32), sched_test::Model("llama3-8b"), workload);
+  std::vector<CandidateRecord> table;
+  ScheduleOptions automatic;
+  automatic.zero_auto = automatic.recompute_auto = true;
+  automatic.candidates = &table;
+  auto chosen = RunStrategy(model, "hexiseq", automatic);
+  ASSERT_TRUE(chosen) << chosen.error().message;
+  ASSERT_GE(chosen->options_considered.size(), 2u) << "a second configuration was searched";
+  // This case is chosen at the first configuration searched (ZeRO 2, no recompute), so a fixed
+  // run there gives the same table.
+  ASSERT_EQ(chosen->plan.zero_stage, kLeastMemoryAllReduceStage);
+  ASSERT_EQ(chosen->plan.recompute, "none");
+  std::vector<CandidateRecord> fixed_table;
+  ScheduleOptions fixed;
+  fixed.candidates = &fixed_table;
+  ASSERT_TRUE(Schedule(WithTraining(model, {kLeastMemoryAllReduceStage, Recompute::kNone}), fixed));
+  ASSERT_EQ(table.size(), fixed_table.size());
+  for (size_t row = 0; row < table.size(); ++row) {
+    EXPECT_EQ(table[row].name, fixed_table[row].name) << row;
+    EXPECT_EQ(table[row].iteration_seconds, fixed_table[row].iteration_seconds) << row;
   }
 }
 

@@ -10,9 +10,9 @@
 
 #include "calibrate/calibrate.h"
 #include "cli/cli.h"
+#include "cli/emulation_flags.h"
 #include "runtime/attention_kernels.h"
 #include "runtime/mpi_comm.h"
-#include "runtime/slowdown.h"
 #include "runtime/str_cat.h"
 #include "spec/cluster.h"
 #include "spec/units.h"
@@ -25,7 +25,8 @@ constexpr double kGiga = 1e9;
 constexpr double kLoadBackTolerance = 1e-6;  // the file's rates vs the measured ones (printing)
 
 struct CalibrateFlags {
-  std::string model, seq, output, measurements, name, hosts, slowdown;
+  std::string model, seq, output, measurements, name, hosts;
+  EmulationFlags emulation;
   std::string recompute = "full";
   int repeats = 3;
   double merge_tolerance = 0.10;
@@ -166,8 +167,8 @@ int RunCalibrateCommand(const CalibrateFlags& flags) {
   if (auto checked = calibrate::CheckOptions(*options, world->size()); !checked) {
     return fail(checked.error());
   }
-  if (auto slowed = runtime::ApplySlowdown(flags.slowdown, rank, world->size()); !slowed) {
-    return fail(slowed.error());
+  if (auto emulated = ApplyEmulation(flags.emulation, world); !emulated) {
+    return fail(emulated.error());
   }
   auto calibration = calibrate::RunCalibration(*world, *options);
   if (!calibration) return fail(calibration.error());
@@ -205,9 +206,7 @@ void AddCalibrateCommand(CLI::App& app, Actions& actions) {
                   "Neighbouring ranks of a host share a node kind when their rates agree within "
                   "this fraction (default 0.1; 0: one node per rank)")
       ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--slowdown", flags.slowdown,
-                  "RANK=FACTOR[,...]: emulate slower devices (docs/measured.md)")
-      ->check(CLI::Validator(runtime::SlowdownSyntaxError, "RANK=FACTOR[,...]", "slowdown"));
+  AddEmulationOptions(cmd, flags.emulation, "calibration kernels");
   actions[cmd] = [] { return RunCalibrateCommand(flags); };
 }
 

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "cli/cli.h"
+#include "cli/emulation_flags.h"
 #include "plan/plan.h"
 #include "runtime/mpi_comm.h"
-#include "runtime/slowdown.h"
 #include "spec/model.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -32,7 +32,8 @@ constexpr size_t kRecallWindowDivisor = 10;  // the final recall loss averages t
 struct TrainFlags {
   std::string plan, model, data = "synthetic:recall", format = "table";
   std::string optimizer = "adamw", recompute = "plan", grad_sync = "overlap";
-  std::string save, resume, init, slowdown;
+  std::string save, resume, init;
+  EmulationFlags emulation;  // --slowdown, --slowdown-pad, --link-slowdown
   int64_t save_every = 0;
   int64_t steps = 10, seq = 0;
   int batch = 0, threads = 1;  // batch 0: the plan's
@@ -223,8 +224,8 @@ int RunTrainCommand(const TrainFlags& flags) {
                    "on another rank"},
                   true);
   }
-  if (auto slowed = runtime::ApplySlowdown(flags.slowdown, world->rank(), world->size()); !slowed) {
-    return Fail(*world, slowed.error(), true);
+  if (auto emulated = ApplyEmulation(flags.emulation, world); !emulated) {
+    return Fail(*world, emulated.error(), true);
   }
   auto trainer = train::Trainer::Create(*plan, *model, *options, *world);
   // Setup errors come before the split (every rank has them) or after it (every participant):
@@ -289,10 +290,7 @@ void AddTrainCommand(CLI::App& app, Actions& actions) {
   cmd->add_option("--resume", flags.resume, "Resume from the latest checkpoint in this directory");
   cmd->add_option("--init", flags.init, "Initial weights: a safetensors file with HF names");
   cmd->add_option("--format", flags.format, "table|json")->check(CLI::IsMember({"table", "json"}));
-  cmd->add_option("--slowdown", flags.slowdown,
-                  "RANK=FACTOR[,...]: emulate slower devices; that rank's compute takes FACTOR "
-                  "(>= 1) times as long (docs/measured.md)")
-      ->check(CLI::Validator(runtime::SlowdownSyntaxError, "RANK=FACTOR[,...]", "slowdown"));
+  AddEmulationOptions(cmd, flags.emulation, "compute regions");
   actions[cmd] = [] { return RunTrainCommand(flags); };
 }
 

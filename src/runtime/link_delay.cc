@@ -25,6 +25,9 @@ constexpr double kSecondsPerNs = 1e-9;
 constexpr int kAllToAllTag = 1;
 constexpr int kAllgatherTag = 2;
 constexpr int kIallreduceTag = 3;
+// A thread waiting for its own held-back send sleeps until this long before the release time and
+// spins the rest.
+constexpr auto kSpinBefore = std::chrono::microseconds(200);
 
 std::string LinkRuleText() {
   return StrCat("A-B=NS[,A-B=NS...], A and B two ranks of this run, NS a number in (0, ",
@@ -108,7 +111,10 @@ struct PendingSend {
   bool posted = false;
 };
 
-// The helper thread that posts delayed sends at their release times.
+// Posts delayed sends at their release times, in release order: a helper thread does while the
+// rank computes, and a thread that waits for a held-back send posts what is due itself (so a
+// rank blocked on its own send does not also wait for the helper to be scheduled). Posting
+// happens under the mutex, so messages on one link keep their order whoever posts them.
 class Poster {
  public:
   Poster() : thread_([this] { Run(); }) {}
@@ -129,12 +135,23 @@ class Poster {
     }
     cv_.notify_all();
   }
+  // Posts what is due; whether `send` is posted now.
   bool Posted(const PendingSend& send) {
     const std::lock_guard lock(mutex_);
+    PostDueLocked();
     return send.posted;
   }
+  // Returns once `send` is posted: waits for its release time (asleep until kSpinBefore ahead
+  // of it, then on the clock, since on a busy machine a sleeper or a yielder can lose its core
+  // for a whole time slice), then posts what is due.
   void AwaitPosted(const PendingSend& send) {
+    if (send.release - Clock::now() > kSpinBefore) {
+      std::this_thread::sleep_until(send.release - kSpinBefore);
+    }
+    while (Clock::now() < send.release) {
+    }
     std::unique_lock lock(mutex_);
+    PostDueLocked();
     cv_.wait(lock, [&] { return send.posted; });
   }
 
@@ -142,27 +159,28 @@ class Poster {
   static bool Later(const std::shared_ptr<PendingSend>& a, const std::shared_ptr<PendingSend>& b) {
     return a->release != b->release ? a->release > b->release : a->order > b->order;
   }
+  // REQUIRES: mutex_ held. Posts every queued send whose release time has come (all on stop).
+  void PostDueLocked() {
+    bool posted = false;
+    while (!queue_.empty() && (stop_ || queue_.front()->release <= Clock::now())) {
+      std::pop_heap(queue_.begin(), queue_.end(), Later);
+      const std::shared_ptr<PendingSend> next = std::move(queue_.back());
+      queue_.pop_back();
+      next->inner = next->comm->Isend(next->data, next->bytes, next->dest, next->tag);
+      next->posted = posted = true;
+    }
+    if (posted) cv_.notify_all();
+  }
   void Run() {
     prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);  // wake at the release time, not 50 us later
     std::unique_lock lock(mutex_);
     while (!stop_ || !queue_.empty()) {
+      PostDueLocked();
       if (queue_.empty()) {
-        cv_.wait(lock);
-        continue;
+        if (!stop_) cv_.wait(lock);
+      } else {
+        cv_.wait_until(lock, queue_.front()->release);
       }
-      const std::shared_ptr<PendingSend> next = queue_.front();
-      if (!stop_ && Clock::now() < next->release) {
-        cv_.wait_until(lock, next->release);
-        continue;
-      }
-      std::pop_heap(queue_.begin(), queue_.end(), Later);
-      queue_.pop_back();
-      lock.unlock();
-      RequestPtr inner = next->comm->Isend(next->data, next->bytes, next->dest, next->tag);
-      lock.lock();
-      next->inner = std::move(inner);
-      next->posted = true;
-      cv_.notify_all();
     }
   }
 

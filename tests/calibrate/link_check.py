@@ -1,9 +1,11 @@
 #!/usr/bin/python3
 """--link-slowdown end to end under mpirun (label mpi).
 
-1. calibrate on 3 ranks with --link-slowdown 0-1=50 (50 ns per byte, 20 MB/s): the pair 0-1
-   measures a bandwidth within 20% of 20 MB/s (the real transport adds a little time, so the
-   measured rate is at most 1.05x that), and the pairs 0-2 and 1-2 measure at least 5x more;
+1. calibrate on 3 ranks with --link-slowdown 0-1=50 (50 ns per byte, 20 MB/s): the pair 0-1's
+   largest message takes at least bytes x 50 ns one way (nothing can make it faster), its
+   bandwidth is 0.6-1.05x 20 MB/s (the real transport adds a little time; a loaded machine adds
+   scheduling delays to every round trip: 0.73-0.98x measured at load average 15, 0.985x at 5),
+   and the pairs 0-2 and 1-2 measure at least 5x more;
 2. attn-check of a ring and a Ulysses plan (point-to-point and all-to-all traffic) with the link
    slowed passes the single-process reference check;
 3. train runs the Ulysses plan with and without the slowed link to the same losses (the delayed
@@ -18,7 +20,7 @@ import tempfile
 
 NS_PER_BYTE = 50
 EXPECTED = 1e9 / NS_PER_BYTE  # bytes per second
-LOW, HIGH = 0.80, 1.05
+LOW, HIGH = 0.60, 1.05
 UNSLOWED_FACTOR = 5
 CLUSTER = "nodes:\n  - {gpu: H100-SXM, count: 1, gpus_per_node: 2}\n"
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
@@ -34,10 +36,18 @@ def run(command):
 
 def check_calibrate(args, tmp, failures):
     cluster = os.path.join(tmp, "slow-link.yaml")
-    run(MPIRUN + ["-np", "3", args.bin, "calibrate", "--model", args.model, "--seq", "768",
+    run(MPIRUN + ["-np", "3", args.bin, "calibrate", "--model", args.model, "--seq", "1536",
                   "--repeats", "1", "--link-slowdown", f"0-1={NS_PER_BYTE}", "-o", cluster])
     pairs = json.load(open(os.path.join(tmp, "slow-link.measurements.json")))["pairs"]
     rate = {tuple(pair["ranks"]): pair["bytes_per_second"] for pair in pairs}
+    slow = next(pair for pair in pairs if tuple(pair["ranks"]) == (0, 1))
+    wire = slow["message_bytes"][-1] * NS_PER_BYTE * 1e-9
+    ok = slow["one_way_seconds"][-1] >= 0.99 * wire
+    print(f"link-check: pair 0-1: {slow['message_bytes'][-1]} bytes one way in "
+          f"{slow['one_way_seconds'][-1] * 1e3:.2f} ms (want >= {wire * 1e3:.2f} ms) "
+          f"{'ok' if ok else 'MISS'}")
+    if not ok:
+        failures.append("slowed pair faster than its delay")
     slowed = rate[(0, 1)] / EXPECTED
     ok = LOW <= slowed <= HIGH
     print(f"link-check: pair 0-1: {rate[(0, 1)] / 1e6:.2f} MB/s = {slowed:.3f} x "

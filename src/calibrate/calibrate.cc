@@ -178,6 +178,10 @@ Result<Calibration> RunCalibration(runtime::Comm& world, const CalibrateOptions&
         internal::TimeAttentionBlocks(options.model, options.recompute, tokens, options.repeats));
   }
   calibration.ranks = GatherRanks(world, mine);
+  for (const RankMeasurement& rank : calibration.ranks) {
+    if (rank.slowdown > 1)
+      calibration.slowdown_padding = runtime::PadModeName(runtime::CurrentPadMode());
+  }
   const int64_t block_bytes = internal::KvBlockBytes(options.model, calibration.even_shard_tokens);
   calibration.pairs = internal::MeasurePairs(world, block_bytes);
   if (auto checked = internal::CheckMeasured(calibration.ranks, calibration.pairs); !checked) {

@@ -77,6 +77,7 @@ struct Calibration {
   std::vector<PairMeasurement> pairs;  // a < b
   std::vector<AllToAllMeasurement> all_to_all;
   double host_memory_bytes = 0;  // physical memory of rank 0's host
+  std::string slowdown_padding;  // "spin" or "sleep" (--slowdown-pad), "" when no rank is slowed
 };
 
 // Checks the options against the world size before anything is measured (same on every rank):

@@ -156,6 +156,9 @@ std::string ClusterYaml(const Calibration& calibration, const CalibrateOptions& 
       "# bf16_tflops x attention_efficiency = attention FLOP/s, counted as the cost model counts\n"
       "# them (forward + backward + recompute). Links: medians of ping-pong over rank pairs.\n"
       "# Raw figures (every curve, every pair, all-to-all): the sidecar .measurements.json.\n";
+  if (!calibration.slowdown_padding.empty()) {
+    yaml += "# --slowdown padding: " + calibration.slowdown_padding + ".\n";
+  }
   yaml += "name: " + name + "\n";
   const double inter_latency =
       inter_latencies.empty() ? everywhere.latency_seconds : Median(inter_latencies);
@@ -209,6 +212,7 @@ std::string CalibrationJson(const Calibration& calibration) {
                     {"seq_len", calibration.seq_len},
                     {"num_ranks", calibration.num_ranks},
                     {"even_shard_tokens", calibration.even_shard_tokens},
+                    {"slowdown_padding", calibration.slowdown_padding},
                     {"ranks", ranks},
                     {"pairs", pairs},
                     {"all_to_all", all_to_all}};

@@ -2,6 +2,9 @@
 // pair of ranks its latency and bandwidth (src/calibrate); rank 0 writes the cluster file (-o),
 // checks that it loads back with the measured rates, writes the raw figures next to it, and
 // prints one line per rank and per pair on stdout.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -10,9 +13,9 @@
 
 #include "calibrate/calibrate.h"
 #include "cli/cli.h"
+#include "cli/emulation_flags.h"
 #include "runtime/attention_kernels.h"
 #include "runtime/mpi_comm.h"
-#include "runtime/slowdown.h"
 #include "runtime/str_cat.h"
 #include "spec/cluster.h"
 #include "spec/units.h"
@@ -25,7 +28,8 @@ constexpr double kGiga = 1e9;
 constexpr double kLoadBackTolerance = 1e-6;  // the file's rates vs the measured ones (printing)
 
 struct CalibrateFlags {
-  std::string model, seq, output, measurements, name, hosts, slowdown;
+  std::string model, seq, output, measurements, name, hosts;
+  EmulationFlags emulation;
   std::string recompute = "full";
   int repeats = 3;
   double merge_tolerance = 0.10;
@@ -83,6 +87,52 @@ Result<void> WriteFile(const std::string& path, const std::string& text, const c
                           " (rule: the directory must exist and be writable; hint: check -o)"));
   }
   return {};
+}
+
+// The directory part of `path` ("." for a bare file name).
+std::string Directory(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// Whether `path` can be written (an existing writable file, or a new file in a writable
+// directory), checked before anything is measured so that a bad -o costs no measuring time.
+Result<void> CheckWritable(const std::string& path, const char* what) {
+  const std::string rule = "(rule: calibrate writes the " + std::string(what) +
+                           " there; nothing was measured; hint: check -o and --measurements)";
+  struct stat info {};
+  if (stat(path.c_str(), &info) == 0) {
+    if (S_ISDIR(info.st_mode)) {
+      return IoError(StrCat(path, ": is a directory, not a file for the ", what, " ", rule));
+    }
+    if (access(path.c_str(), W_OK) != 0) {
+      return IoError(StrCat(path, ": the ", what, " exists and is not writable ", rule));
+    }
+    return {};
+  }
+  const std::string directory = Directory(path);
+  if (stat(directory.c_str(), &info) != 0 || !S_ISDIR(info.st_mode) ||
+      access(directory.c_str(), W_OK) != 0) {
+    return IoError(StrCat(path, ": cannot write the ", what, ": the directory '", directory,
+                          "' does not exist or is not writable ", rule));
+  }
+  return {};
+}
+
+// Rank 0 (the writer) checks both outputs; every rank gets its verdict.
+Result<void> CheckOutputsWritable(const CalibrateFlags& flags, runtime::Comm& world) {
+  Result<void> checked;
+  if (world.rank() == 0) {
+    checked = CheckWritable(flags.output, "cluster file");
+    if (checked) checked = CheckWritable(MeasurementsPath(flags), "measurements file");
+  }
+  std::vector<double> failed = {checked ? 0.0 : 1.0};
+  world.AllreduceSum(std::span<double>(failed));
+  if (failed[0] > 0 && checked) {
+    return IoError("calibrate: rank 0 cannot write its outputs (see its message)");
+  }
+  return checked;
 }
 
 // The file must load back as a cluster of the same ranks with the measured rates (a merged node
@@ -166,8 +216,11 @@ int RunCalibrateCommand(const CalibrateFlags& flags) {
   if (auto checked = calibrate::CheckOptions(*options, world->size()); !checked) {
     return fail(checked.error());
   }
-  if (auto slowed = runtime::ApplySlowdown(flags.slowdown, rank, world->size()); !slowed) {
-    return fail(slowed.error());
+  if (auto emulated = ApplyEmulation(flags.emulation, world); !emulated) {
+    return fail(emulated.error());
+  }
+  if (auto writable = CheckOutputsWritable(flags, *world); !writable) {
+    return fail(writable.error());
   }
   auto calibration = calibrate::RunCalibration(*world, *options);
   if (!calibration) return fail(calibration.error());
@@ -205,9 +258,7 @@ void AddCalibrateCommand(CLI::App& app, Actions& actions) {
                   "Neighbouring ranks of a host share a node kind when their rates agree within "
                   "this fraction (default 0.1; 0: one node per rank)")
       ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--slowdown", flags.slowdown,
-                  "RANK=FACTOR[,...]: emulate slower devices (docs/measured.md)")
-      ->check(CLI::Validator(runtime::SlowdownSyntaxError, "RANK=FACTOR[,...]", "slowdown"));
+  AddEmulationOptions(cmd, flags.emulation, "calibration kernels");
   actions[cmd] = [] { return RunCalibrateCommand(flags); };
 }
 

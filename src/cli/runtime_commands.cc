@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "cli/cli.h"
+#include "cli/emulation_flags.h"
 #include "cli/inputs.h"
 #include "plan/plan.h"
 #include "runtime/attention_kernels.h"
 #include "runtime/attn_check.h"
 #include "runtime/mpi_comm.h"
-#include "runtime/slowdown.h"
 
 namespace hexiseq::cli {
 namespace {
@@ -27,7 +27,7 @@ struct AttnCheckFlags {
   double tolerance = 1e-5;
   std::string format = "table";
   double timeout_seconds = 300;
-  std::string slowdown;
+  EmulationFlags emulation;
 };
 
 // `world_ranks` names the report's ranks (empty: the plan's own numbering); `title` is what was
@@ -183,8 +183,8 @@ int RunAttnCheckCommand(const AttnCheckFlags& flags) {
     }
     return 1;
   }
-  if (auto slowed = runtime::ApplySlowdown(flags.slowdown, rank, world->size()); !slowed) {
-    return rank == 0 ? ReportError(slowed.error()) : 1;  // the same error on every rank
+  if (auto emulated = ApplyEmulation(flags.emulation, world); !emulated) {
+    return rank == 0 ? ReportError(emulated.error()) : 1;  // the same error on every rank
   }
   runtime::AttnCheckOptions options;
   options.head_dim = flags.head_dim;
@@ -234,11 +234,7 @@ void AddRuntimeCommands(CLI::App& app, Actions& actions) {
       ->check(FiniteRange(1, 86400));
   check->add_option("--format", flags.format, "table|json")
       ->check(CLI::IsMember({"table", "json"}));
-  check
-      ->add_option("--slowdown", flags.slowdown,
-                   "RANK=FACTOR[,...]: emulate slower devices; that rank's attention kernels "
-                   "take FACTOR (>= 1) times as long (docs/measured.md)")
-      ->check(CLI::Validator(runtime::SlowdownSyntaxError, "RANK=FACTOR[,...]", "slowdown"));
+  AddEmulationOptions(check, flags.emulation, "attention kernels");
   actions[check] = [] { return RunAttnCheckCommand(flags); };
 }
 

@@ -11,9 +11,10 @@
 #include <vector>
 
 #include "cli/cli.h"
+#include "cli/emulation_flags.h"
+#include "cli/train_phases.h"
 #include "plan/plan.h"
 #include "runtime/mpi_comm.h"
-#include "runtime/slowdown.h"
 #include "spec/model.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -32,7 +33,8 @@ constexpr size_t kRecallWindowDivisor = 10;  // the final recall loss averages t
 struct TrainFlags {
   std::string plan, model, data = "synthetic:recall", format = "table";
   std::string optimizer = "adamw", recompute = "plan", grad_sync = "overlap";
-  std::string save, resume, init, slowdown;
+  std::string save, resume, init;
+  EmulationFlags emulation;  // --slowdown, --slowdown-pad, --link-slowdown
   int64_t save_every = 0;
   int64_t steps = 10, seq = 0;
   int batch = 0, threads = 1;  // batch 0: the plan's
@@ -45,40 +47,26 @@ struct TrainFlags {
   }();
 };
 
-// Per-phase seconds, maximum over the participants (the slowest bounds each phase).
-train::PhaseSeconds SlowestPhases(runtime::Comm& world, const train::PhaseSeconds& mine) {
-  constexpr int kFields = 5;
-  const double values[kFields] = {mine.linear, mine.attention_compute, mine.alltoall,
-                                  mine.ring_wait, mine.grad_sync};
-  std::vector<double> all(kFields * world.size());
-  world.Allgather(values, sizeof values, all.data());
-  double slowest[kFields] = {};
-  for (int rank = 0; rank < world.size(); ++rank) {
-    for (int field = 0; field < kFields; ++field) {
-      slowest[field] = std::max(slowest[field], all[rank * kFields + field]);
-    }
-  }
-  return {slowest[0], slowest[1], slowest[2], slowest[3], slowest[4]};
-}
-
 void PrintHeader() {
   std::printf("%6s %10s %10s %10s %10s %9s %10s %9s %9s %9s %9s %9s\n", "step", "loss", "recall",
               "grad_norm", "lr", "seconds", "tokens/s", "linear_s", "attn_s", "a2a_s", "wait_s",
               "sync_s");
 }
 
-void PrintStep(const train::StepReport& r, const train::PhaseSeconds& p, bool json) {
+// `ranks_json`: every participant's phases (RankPhasesJson), JSON lines only.
+void PrintStep(const train::StepReport& r, const train::PhaseSeconds& p, bool json,
+               const std::string& ranks_json) {
   if (json) {
     std::printf("{\"step\": %" PRId64
                 ", \"loss\": %.17g, \"recall_loss\": %s, "
                 "\"grad_norm\": %.17g, \"lr\": %.17g, \"seconds\": %.6f, \"tokens_per_second\": "
                 "%.3f, \"linear_seconds\": %.6f, \"attention_compute_seconds\": %.6f, "
                 "\"alltoall_seconds\": %.6f, \"ring_wait_seconds\": %.6f, "
-                "\"grad_sync_seconds\": %.6f}\n",
+                "\"grad_sync_seconds\": %.6f, \"ranks\": %s}\n",
                 r.step, r.loss,
                 std::isnan(r.recall_loss) ? "null" : std::to_string(r.recall_loss).c_str(),
                 r.grad_norm, r.lr, r.seconds, r.tokens_per_second, p.linear, p.attention_compute,
-                p.alltoall, p.ring_wait, p.grad_sync);
+                p.alltoall, p.ring_wait, p.grad_sync, ranks_json.c_str());
   } else {
     char recall[32] = "-";
     if (!std::isnan(r.recall_loss)) std::snprintf(recall, sizeof recall, "%.4f", r.recall_loss);
@@ -104,7 +92,8 @@ double FinalRecall(const std::vector<double>& recall_per_step) {
 }
 
 // Peak RSS of every participant (named by its world rank) and the final recall loss.
-void PrintSummary(train::Trainer& trainer, const std::vector<double>& recall_per_step) {
+void PrintSummary(train::Trainer& trainer, const std::vector<double>& recall_per_step,
+                  const PhaseMedians& phases) {
   runtime::Comm& participants = trainer.participants();
   const double final_recall = FinalRecall(recall_per_step);
   const int64_t mine[2] = {trainer.world().rank(), train::PeakRssBytes()};
@@ -119,6 +108,9 @@ void PrintSummary(train::Trainer& trainer, const std::vector<double>& recall_per
     line += buffer;
   }
   std::fprintf(stderr, "train: peak RSS per rank: %s\n", line.c_str());
+  if (const std::string medians = phases.SummaryLine(); !medians.empty()) {
+    std::fprintf(stderr, "%s\n", medians.c_str());
+  }
   if (trainer.data().has_recall() && !std::isnan(final_recall)) {
     std::fprintf(stderr,
                  "train: final recall loss %.4f (mean of the last %zu steps; chance %.4f)\n",
@@ -185,11 +177,14 @@ int TrainSteps(train::Trainer& trainer, const TrainFlags& flags) {
   const bool prints = participants.rank() == 0;
   if (prints && !json) PrintHeader();
   std::vector<double> recall_per_step;  // this run's steps
+  PhaseMedians phase_medians;           // every participant's phases, this run's steps
   while (trainer.step() < flags.steps) {
     auto report = trainer.Step();
     if (!report) return Fail(participants, report.error(), true);
-    const train::PhaseSeconds slowest = SlowestPhases(participants, report->phases);
-    if (prints) PrintStep(*report, slowest, json);
+    const std::vector<RankPhases> phases =
+        GatherPhases(participants, trainer.world().rank(), report->phases);
+    phase_medians.Add(phases);
+    if (prints) PrintStep(*report, SlowestPhases(phases), json, RankPhasesJson(phases));
     recall_per_step.push_back(report->recall_loss);
     const int64_t done = trainer.step();
     const bool periodic = flags.save_every > 0 && done % flags.save_every == 0;
@@ -199,7 +194,7 @@ int TrainSteps(train::Trainer& trainer, const TrainFlags& flags) {
       }
     }
   }
-  PrintSummary(trainer, recall_per_step);
+  PrintSummary(trainer, recall_per_step, phase_medians);
   return 0;
 }
 
@@ -223,8 +218,8 @@ int RunTrainCommand(const TrainFlags& flags) {
                    "on another rank"},
                   true);
   }
-  if (auto slowed = runtime::ApplySlowdown(flags.slowdown, world->rank(), world->size()); !slowed) {
-    return Fail(*world, slowed.error(), true);
+  if (auto emulated = ApplyEmulation(flags.emulation, world); !emulated) {
+    return Fail(*world, emulated.error(), true);
   }
   auto trainer = train::Trainer::Create(*plan, *model, *options, *world);
   // Setup errors come before the split (every rank has them) or after it (every participant):
@@ -289,10 +284,7 @@ void AddTrainCommand(CLI::App& app, Actions& actions) {
   cmd->add_option("--resume", flags.resume, "Resume from the latest checkpoint in this directory");
   cmd->add_option("--init", flags.init, "Initial weights: a safetensors file with HF names");
   cmd->add_option("--format", flags.format, "table|json")->check(CLI::IsMember({"table", "json"}));
-  cmd->add_option("--slowdown", flags.slowdown,
-                  "RANK=FACTOR[,...]: emulate slower devices; that rank's compute takes FACTOR "
-                  "(>= 1) times as long (docs/measured.md)")
-      ->check(CLI::Validator(runtime::SlowdownSyntaxError, "RANK=FACTOR[,...]", "slowdown"));
+  AddEmulationOptions(cmd, flags.emulation, "compute regions");
   actions[cmd] = [] { return RunTrainCommand(flags); };
 }
 

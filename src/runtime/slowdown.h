@@ -2,22 +2,30 @@
 // times as long, so that unequal "devices" can be built from equal CPU cores. Every measured
 // compute region (an attention kernel call, the trainer's linear/MLP/norm work between two
 // attention calls, the optimizer step, a calibration kernel) is padded by (FACTOR - 1) x its own
-// measured duration. The padding SLEEPS rather than spins: a slow device's extra time must not
-// take a core away from the other ranks when ranks share cores (oversubscription). Sleeps shorter
-// than kMinSleepSeconds are carried over to the next region, and each sleep's overshoot is
-// credited against later padding, so the total padding stays (FACTOR - 1) x the total compute.
+// measured duration. Two ways to pad (PadMode):
+//   spin:  busy-wait on the clock. Exact, and the rank keeps its core, caches and clock frequency,
+//          as a slow device would; right when every rank has a core of its own.
+//   sleep: free the core. Right when ranks share cores (oversubscription): a spinning pad would
+//          take time from the ranks it shares a core with. A sleep costs tens of microseconds, so
+//          pads shorter than kMinSleepSeconds are carried over to the next region, and each
+//          sleep's overshoot is credited against later padding; a rank that slept computes a
+//          little slower after it wakes (cold caches), which spin avoids.
+// ChoosePadMode picks spin when the ranks of each host can each have a CPU of their own.
 // Deliberately ignored: memory-bandwidth effects of a slower device (only time is stretched).
-// Thread-safe: one process-wide factor, set once at start-up; each thread carries its own debt and
-// open region (the runtime and the trainer drive a rank's compute from one thread).
+// Thread-safe: one process-wide factor and mode, set once at start-up; each thread carries its own
+// debt and open region (the runtime and the trainer drive a rank's compute from one thread).
 #pragma once
 
 #include <chrono>
 #include <string>
 #include <vector>
 
+#include "runtime/comm.h"
 #include "spec/error.h"
 
 namespace hexiseq::runtime {
+
+enum class PadMode { kSleep, kSpin };
 
 // Pads shorter than this are accumulated instead of slept (a sleep costs tens of microseconds).
 inline constexpr double kMinSleepSeconds = 50e-6;
@@ -30,6 +38,11 @@ Result<std::vector<double>> ParseSlowdown(const std::string& text, int num_ranks
                                           const std::string& flag = "--slowdown");
 inline constexpr double kMaxSlowdown = 1000;
 
+// A rank number of an emulation flag: a whole number in [0, num_ranks) (any >= 0 when num_ranks
+// is 0); errors say `where`, the value and `rule`.
+Result<int> ParseRankNumber(const std::string& text, const std::string& where, int num_ranks,
+                            const std::string& rule);
+
 // The CLI's one call: parses `text` (empty: no slowdown) and sets this rank's factor. Every rank
 // parses the same text, so every rank returns the same error.
 Result<void> ApplySlowdown(const std::string& text, int rank, int num_ranks,
@@ -41,6 +54,20 @@ std::string SlowdownSyntaxError(const std::string& text);
 // This process's factor (1: no padding). REQUIRES: 1 <= factor <= kMaxSlowdown.
 void SetComputeSlowdown(double factor);
 double ComputeSlowdown();
+// How this process pads (default kSleep).
+void SetPadMode(PadMode mode);
+PadMode CurrentPadMode();
+const char* PadModeName(PadMode mode);
+
+// Whether every rank of `world` can have a CPU of its own: on each host (ranks grouped by host
+// name), the ranks' CPU affinity masks admit an assignment of one distinct CPU per rank. The same
+// answer on every rank. Collective over `world`.
+bool EveryRankHasOwnCpu(Comm& world);
+
+// `requested` = "spin", "sleep" or "auto" (spin when EveryRankHasOwnCpu, else sleep); anything
+// else is an error naming `flag`. Collective over `world` for "auto".
+Result<PadMode> ChoosePadMode(Comm& world, const std::string& requested,
+                              const std::string& flag = "--slowdown-pad");
 
 // Pads a compute region that took `elapsed_seconds` by (factor - 1) x elapsed (see the file
 // comment for carry-over). No-op at factor 1.

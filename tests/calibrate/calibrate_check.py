@@ -40,7 +40,8 @@ def causal_pairs(ranges):
 def work_per_rank(plan):
     """Causal pairs x heads computed by each rank: its heads over its group's tokens."""
     work = {}
-    for group in plan["groups"]:
+    groups = [group for replica in plan["replicas"] for group in replica["groups"]]
+    for group in groups:
         pairs = causal_pairs(group["tokens"])
         for member in group["members"]:
             work[member["rank"]] = len(member["heads"]) * pairs

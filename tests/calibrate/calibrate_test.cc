@@ -205,6 +205,15 @@ TEST(CalibrateSidecar, CarriesEveryRankAndPair) {
   EXPECT_DOUBLE_EQ(json["ranks"][2]["gemm_flops_per_second"].get<double>(), 5e9);
   ASSERT_EQ(json["pairs"].size(), 3u);
   EXPECT_DOUBLE_EQ(json["pairs"][1]["bytes_per_second"].get<double>(), 4e9);
+  EXPECT_EQ(json["slowdown_padding"], "");  // no rank slowed
+}
+
+TEST(CalibrateSidecar, SaysHowSlowedRanksPadded) {
+  Calibration calibration = ThreeRanks();
+  calibration.slowdown_padding = "spin";
+  EXPECT_EQ(nlohmann::json::parse(CalibrationJson(calibration))["slowdown_padding"], "spin");
+  EXPECT_NE(ClusterYaml(calibration, Options(4096), "m").find("# --slowdown padding: spin."),
+            std::string::npos);
 }
 
 }  // namespace

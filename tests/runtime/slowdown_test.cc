@@ -1,8 +1,10 @@
-// --slowdown: the parser's errors, and that padded regions take FACTOR times their own measured
-// duration in total (sleeps with carry-over), for long and for very short regions.
+// --slowdown: the parser's errors, that padded regions take FACTOR times their own measured
+// duration in total (sleeps with carry-over, and spins), for long and for very short regions, and
+// the choice of padding mode from the ranks' CPUs.
 #include "runtime/slowdown.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
 
 #include <chrono>
 #include <cmath>
@@ -56,6 +58,42 @@ TEST(Slowdown, ShortRegionsAreCarriedOver) {
   // slept in larger pieces, so the total still follows the factor.
   const double measured = MeasuredFactor(2.0, 2000, 10e-6);
   EXPECT_NEAR(measured, 2.0, 0.25);
+}
+
+// Spinning pads exactly on the clock: no carry-over threshold, no oversleep, so the factor holds
+// tightly even for 10 us regions (tolerance: the clock reads around each region).
+TEST(Slowdown, SpinPaddingIsExact) {
+  SetPadMode(PadMode::kSpin);
+  for (double factor : {2.0, 4.0}) {
+    EXPECT_NEAR(MeasuredFactor(factor, 40, 2e-3), factor, 0.03 * factor) << "factor " << factor;
+  }
+  EXPECT_NEAR(MeasuredFactor(2.0, 2000, 10e-6), 2.0, 0.1);
+  SetPadMode(PadMode::kSleep);
+}
+
+// auto spins only when every rank can have a CPU of its own: the in-process ranks are threads of
+// this process and share its affinity mask, so as many ranks as CPUs fit and one more does not.
+TEST(Slowdown, AutoPadSpinsOnlyWithACpuPerRank) {
+  cpu_set_t cpus;
+  ASSERT_EQ(sched_getaffinity(0, sizeof cpus, &cpus), 0);
+  const int available = CPU_COUNT(&cpus);
+  for (int ranks : {available, available + 1}) {
+    RunInProcess(ranks, [&](Comm& comm) {
+      auto mode = ChoosePadMode(comm, "auto");
+      ASSERT_TRUE(mode.has_value());
+      EXPECT_EQ(*mode, ranks <= available ? PadMode::kSpin : PadMode::kSleep) << ranks;
+      EXPECT_EQ(EveryRankHasOwnCpu(comm), ranks <= available);
+    });
+  }
+  RunInProcess(1, [](Comm& comm) {
+    EXPECT_EQ(*ChoosePadMode(comm, "sleep"), PadMode::kSleep);
+    EXPECT_EQ(*ChoosePadMode(comm, "spin"), PadMode::kSpin);
+    auto bad = ChoosePadMode(comm, "busy");
+    ASSERT_FALSE(bad.has_value());
+    EXPECT_NE(bad.error().message.find("--slowdown-pad = 'busy': not a padding mode"),
+              std::string::npos)
+        << bad.error().message;
+  });
 }
 
 TEST(Slowdown, FactorOneDoesNotPad) {

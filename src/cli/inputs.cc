@@ -46,6 +46,21 @@ CLI::Validator FiniteRange(double min, double max) {
 
 CLI::Validator TimeLimitRange() { return FiniteRange(0.0, kMaxTimeLimitSeconds); }
 
+CommandDeadline::CommandDeadline(double time_limit_seconds)
+    : start_(std::chrono::steady_clock::now()),
+      // The flag's check (TimeLimitRange) has refused every value FromTimeLimit refuses.
+      deadline_(Deadline::FromTimeLimit(time_limit_seconds).value_or(Deadline{})) {}
+
+void CommandDeadline::NoteIfReached(const std::string& result) const {
+  if (!deadline_.CutShort()) return;
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  std::fprintf(stderr,
+               "hexiseq: --time-limit %g s reached (%.2f s in all): the searches stopped early; "
+               "%s\n",
+               deadline_.limit_seconds(), elapsed, result.c_str());
+}
+
 void ApplyTrainingChoice(const InputFlags& flags, ScheduleOptions& options) {
   options.zero_auto = flags.zero == "auto";
   options.recompute_auto = flags.recompute == "auto";

@@ -416,7 +416,7 @@ namespace sched_internal {
 
 ExactDomainResult ExactDomainOptimum(const CostModel& model, const ScheduleOptions& options,
                                      const ExactGrid& grid) {
-  Clock clock(options.time_limit_seconds);
+  const Clock& clock = options.deadline;
   const std::vector<Structure> structures = ExactStructures(model.cluster());
   Incumbent best;
   ExactDomainResult result;
@@ -457,6 +457,7 @@ namespace {
 // better (the descent's incremental score may differ from the full one in the last digits).
 void RefineInto(const CostModel& model, Layout start, const Clock& clock, Layout& best,
                 PlanCost& best_cost) {
+  if (clock.Expired()) return;
   PlanState state(model, ClassSearch(model, std::move(start), kExactClassEvaluations, clock));
   Descend(state, kExactDescentTrials, [&] { return clock.Expired(); });
   const PlanCost cost = model.Evaluate(BuildPlan(model, state.layout(), "exact", ""));
@@ -475,7 +476,7 @@ Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions
                         " ranks; the exhaustive search supports at most " +
                         std::to_string(kExactMaxRanks) + " (hint: use --strategy hexiseq)");
   const ExactDomainResult domain = ExactDomainOptimum(model, options);
-  Clock clock(options.time_limit_seconds);
+  const Clock& clock = options.deadline;
   Layout best = domain.layout;
   PlanCost best_cost = domain.cost;
   if (!domain.found) {  // every point of the domain was cut by the memory bound
@@ -487,13 +488,14 @@ Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions
     for (const Layout& start : domain.runners_up) RefineInto(model, start, clock, best, best_cost);
   }
   // ... and from each baseline plan.
-  for (const StrategyResult& b : AllBaselines(model)) {
+  for (const StrategyResult& b : AllBaselines(model, clock)) {
     Layout layout;
     if (b.applicable && LayoutFromPlan(b.plan, layout))
       RefineInto(model, std::move(layout), clock, best, best_cost);
   }
+  if (best.empty() && clock.CutShort()) return NotScored("exact", clock);
   if (best.empty())
-    return Infeasible(options.explain_infeasible ? ExplainInfeasible(model)
+    return Infeasible(options.explain_infeasible ? ExplainInfeasible(model, clock)
                                                  : "no plan fits memory");
   const bool refined = !(best == domain.layout);
   const std::string config =
@@ -504,7 +506,7 @@ Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions
   if (options.progress) options.progress(1);
   if (!result.cost.feasible)
     return Infeasible(options.explain_infeasible
-                          ? ExplainInfeasible(model)
+                          ? ExplainInfeasible(model, clock)
                           : "no plan of the exact search's domain fits memory: " +
                                 result.cost.infeasible_reason);
   return result;

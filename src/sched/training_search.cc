@@ -12,8 +12,8 @@ constexpr size_t kSearchedConfigs = 2;  // configurations a search is run at, af
 bool IsSearch(const std::string& name) { return name == "hexiseq" || name == "exact"; }
 
 // The best baseline of a configuration (the screen's score).
-StrategyResult BestBaseline(const CostModel& model) {
-  std::vector<StrategyResult> baselines = AllBaselines(model);
+StrategyResult BestBaseline(const CostModel& model, const Deadline& deadline) {
+  std::vector<StrategyResult> baselines = AllBaselines(model, deadline);
   return *std::min_element(baselines.begin(), baselines.end(), Better);
 }
 
@@ -24,18 +24,28 @@ bool ScreenBefore(const StrategyResult& a, const StrategyResult& b) {
   return a.cost.max_memory_fraction < b.cost.max_memory_fraction;
 }
 
-// The configurations a search is run at: the best few by their best baseline.
-std::vector<TrainingConfig> Screen(const CostModel& model,
-                                   const std::vector<TrainingConfig>& configs) {
+struct Screened {
+  std::vector<TrainingConfig> kept;             // the configurations to search, best first
+  std::optional<StrategyResult> best_baseline;  // the screen's best plan (none: nothing scored)
+};
+
+// The configurations a search is run at: the best few by their best baseline. Configurations
+// the deadline stopped before a baseline was scored are left out.
+Screened Screen(const CostModel& model, const std::vector<TrainingConfig>& configs,
+                const Deadline& deadline) {
   std::vector<std::pair<StrategyResult, size_t>> scored;
-  for (size_t index = 0; index < configs.size(); ++index)
-    scored.push_back({BestBaseline(WithTraining(model, configs[index])), index});
+  for (size_t index = 0; index < configs.size() && !deadline.Expired(); ++index) {
+    StrategyResult best = BestBaseline(WithTraining(model, configs[index]), deadline);
+    if (!best.timed_out) scored.push_back({std::move(best), index});
+  }
   std::stable_sort(scored.begin(), scored.end(),
                    [](const auto& a, const auto& b) { return ScreenBefore(a.first, b.first); });
-  std::vector<TrainingConfig> kept;
+  Screened screened;
   for (size_t rank = 0; rank < std::min(kSearchedConfigs, scored.size()); ++rank)
-    kept.push_back(configs[scored[rank].second]);
-  return kept;
+    screened.kept.push_back(configs[scored[rank].second]);
+  if (!scored.empty() && scored.front().first.applicable)
+    screened.best_baseline = scored.front().first;
+  return screened;
 }
 
 // Rows of the chosen result first, then the best of every other configuration, best first.
@@ -57,11 +67,13 @@ std::vector<TrainingOption> OptionRows(const StrategyResult& chosen,
 
 std::vector<TrainingConfig> TrainingConfigs(const Workload& workload,
                                             const ScheduleOptions& options) {
+  // The settings that need the least memory first: a search the deadline cuts short has then
+  // tried the configurations most likely to fit.
   std::vector<int> stages = {workload.zero_stage};
-  if (options.zero_auto) stages = {0, 1, 2, 3};
+  if (options.zero_auto) stages = {3, 2, 1, 0};
   std::vector<Recompute> policies = {workload.recompute};
   if (options.recompute_auto)
-    policies = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+    policies = {Recompute::kFull, Recompute::kSelective, Recompute::kNone};
   std::vector<TrainingConfig> configs;
   for (int stage : stages)
     for (Recompute policy : policies) configs.push_back({stage, policy});
@@ -83,23 +95,34 @@ double IdealIterationSeconds(const CostModel& model, const ScheduleOptions& opti
 
 Result<StrategyResult> SearchTraining(const CostModel& model, const std::string& name,
                                       const ScheduleOptions& options, const FixedStrategy& run) {
+  const Deadline& deadline = options.deadline;
   std::vector<TrainingConfig> configs = TrainingConfigs(model.workload(), options);
-  if (IsSearch(name) && configs.size() > kSearchedConfigs) configs = Screen(model, configs);
+  std::optional<StrategyResult> screened_baseline;
+  if (IsSearch(name) && configs.size() > kSearchedConfigs) {
+    Screened screened = Screen(model, configs, deadline);
+    configs = std::move(screened.kept);
+    screened_baseline = std::move(screened.best_baseline);
+  }
   ScheduleOptions fixed = options;
   fixed.zero_auto = fixed.recompute_auto = false;
   fixed.explain_infeasible = false;
   std::vector<StrategyResult> results;
   std::optional<Error> first_error;
   for (const TrainingConfig& config : configs) {
+    if (deadline.Expired()) break;
     auto result = run(WithTraining(model, config), fixed);
-    if (result) {
+    if (result && !result->timed_out) {
       results.push_back(std::move(*result));
-    } else if (result.error().code != ErrorCode::kInfeasible && !first_error) {
+    } else if (!result && result.error().code != ErrorCode::kInfeasible && !first_error) {
       first_error = result.error();
     }
   }
+  // A search cut short is never worse than the best baseline it screened.
+  if (screened_baseline && deadline.CutShort())
+    results.push_back(AsSearchResult(std::move(*screened_baseline), name));
   if (results.empty()) {
     if (first_error) return std::unexpected(*first_error);
+    if (deadline.CutShort()) return NotScored(name, deadline);
     return Infeasible(ExplainInfeasible(model, options));
   }
   std::stable_sort(results.begin(), results.end(), Better);

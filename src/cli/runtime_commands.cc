@@ -229,8 +229,8 @@ void AddRuntimeCommands(CLI::App& app, Actions& actions) {
       ->check(FiniteRange(1e-300, 1.0));
   check
       ->add_option("--timeout", flags.timeout_seconds,
-                   "Seconds without a heartbeat from a peer before every live rank reports it "
-                   "and exits (default 300)")
+                   "Seconds without a heartbeat from a peer, or without progress on any rank, "
+                   "before every rank reports it and exits (default 300)")
       ->check(FiniteRange(1, 86400));
   check->add_option("--format", flags.format, "table|json")
       ->check(CLI::IsMember({"table", "json"}));

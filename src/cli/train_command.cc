@@ -3,7 +3,9 @@
 // on stdout (table or JSON lines): loss, recall loss, gradient norm, seconds, tokens/s and the
 // per-phase seconds of the slowest participant; a summary with the peak RSS of every participant
 // goes to stderr. A rank the plan leaves out says so on stderr after the start-up checks and
-// exits 0.
+// exits 0 after the others finish. A watchdog (--timeout) ends every rank with a clear message
+// when a peer stops or no rank makes progress, and the flags that must agree are checked across
+// ranks before anything is built.
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -11,7 +13,9 @@
 #include <vector>
 
 #include "cli/cli.h"
+#include "cli/inputs.h"
 #include "plan/plan.h"
+#include "runtime/agreement.h"
 #include "runtime/mpi_comm.h"
 #include "runtime/slowdown.h"
 #include "spec/model.h"
@@ -28,6 +32,7 @@ constexpr double kDefaultLearningRate = 3e-3;
 constexpr int64_t kWarmupFractionDivisor = 10;
 constexpr int64_t kWarmupFromSteps = -1;     // --warmup not given: steps / kWarmupFractionDivisor
 constexpr size_t kRecallWindowDivisor = 10;  // the final recall loss averages the last tenth
+constexpr double kDefaultTimeoutSeconds = 300;  // the watchdog's, as attn-check's
 
 struct TrainFlags {
   std::string plan, model, data = "synthetic:recall", format = "table";
@@ -37,6 +42,7 @@ struct TrainFlags {
   int64_t steps = 10, seq = 0;
   int batch = 0, threads = 1;  // batch 0: the plan's
   uint64_t seed = 1;
+  double timeout_seconds = kDefaultTimeoutSeconds;
   train::OptimizerConfig opt = [] {
     train::OptimizerConfig config;
     config.lr = kDefaultLearningRate;
@@ -176,7 +182,7 @@ Result<void> StartFrom(train::Trainer& trainer, const TrainFlags& flags) {
 }
 
 // The participants' loop: steps, per-step lines from the first participant, checkpoints.
-int TrainSteps(train::Trainer& trainer, const TrainFlags& flags) {
+int TrainSteps(train::Trainer& trainer, const TrainFlags& flags, runtime::MpiWatchdog& watchdog) {
   runtime::Comm& participants = trainer.participants();
   if (auto started = StartFrom(trainer, flags); !started) {
     return Fail(participants, started.error(), true);
@@ -186,6 +192,7 @@ int TrainSteps(train::Trainer& trainer, const TrainFlags& flags) {
   if (prints && !json) PrintHeader();
   std::vector<double> recall_per_step;  // this run's steps
   while (trainer.step() < flags.steps) {
+    watchdog.SetPhase("step");
     auto report = trainer.Step();
     if (!report) return Fail(participants, report.error(), true);
     const train::PhaseSeconds slowest = SlowestPhases(participants, report->phases);
@@ -194,19 +201,55 @@ int TrainSteps(train::Trainer& trainer, const TrainFlags& flags) {
     const int64_t done = trainer.step();
     const bool periodic = flags.save_every > 0 && done % flags.save_every == 0;
     if (!flags.save.empty() && (periodic || done == flags.steps)) {
+      watchdog.SetPhase("checkpoint");
       if (auto saved = train::SaveCheckpoint(trainer, flags.save); !saved) {
         return Fail(participants, saved.error(), true);
       }
     }
   }
+  watchdog.SetPhase("summary");
   PrintSummary(trainer, recall_per_step);
   return 0;
 }
 
-int RunTrainCommand(const TrainFlags& flags) {
-  runtime::MpiSession session(nullptr, nullptr);
-  train::SetComputeThreads(flags.threads);
-  std::unique_ptr<runtime::Comm> world = runtime::MpiWorldComm();
+std::string Number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
+
+// The flags every rank must give the same value (a different --seed or --lr on one rank would
+// train a different model there; a different --steps or --save-every would deadlock).
+std::vector<runtime::FlagValue> AgreedFlags(const TrainFlags& flags) {
+  const train::OptimizerConfig& opt = flags.opt;
+  return {{"--steps", std::to_string(flags.steps)},
+          {"--seq", std::to_string(flags.seq)},
+          {"--batch", std::to_string(flags.batch)},
+          {"--seed", std::to_string(flags.seed)},
+          {"--data", flags.data},
+          {"--optimizer", flags.optimizer},
+          {"--lr", Number(opt.lr)},
+          {"--min-lr", Number(opt.min_lr)},
+          {"--warmup", std::to_string(opt.warmup_steps)},
+          {"--beta1", Number(opt.beta1)},
+          {"--beta2", Number(opt.beta2)},
+          {"--adam-eps", Number(opt.eps)},
+          {"--weight-decay", Number(opt.weight_decay)},
+          {"--grad-clip", Number(opt.grad_clip)},
+          {"--recompute", flags.recompute},
+          {"--grad-sync", flags.grad_sync},
+          {"--save", flags.save},
+          {"--save-every", std::to_string(flags.save_every)},
+          {"--resume", flags.resume},
+          {"--init", flags.init},
+          {"--slowdown", flags.slowdown},
+          {"--timeout", Number(flags.timeout_seconds)}};
+}
+
+// Everything but the final barrier: load, agree, build, train (or leave, for a left-out rank).
+int TrainOnThisRank(runtime::Comm& world_comm, const TrainFlags& flags,
+                    runtime::MpiWatchdog& watchdog) {
+  runtime::Comm* world = &world_comm;
   auto plan = LoadPlan(flags.plan);
   auto model = LoadModel(flags.model);
   auto options = MakeOptions(flags, plan ? *plan : Plan{});
@@ -223,9 +266,15 @@ int RunTrainCommand(const TrainFlags& flags) {
                    "on another rank"},
                   true);
   }
+  watchdog.SetPhase("agree");
+  if (auto agreed = runtime::CheckFlagsAgree(*world, "train", AgreedFlags(flags),
+                                             "every rank trains the same run");
+      !agreed)
+    return Fail(*world, agreed.error(), true);
   if (auto slowed = runtime::ApplySlowdown(flags.slowdown, world->rank(), world->size()); !slowed) {
     return Fail(*world, slowed.error(), true);
   }
+  watchdog.SetPhase("setup");
   auto trainer = train::Trainer::Create(*plan, *model, *options, *world);
   // Setup errors come before the split (every rank has them) or after it (every participant):
   // the first participating rank prints them.
@@ -240,7 +289,21 @@ int RunTrainCommand(const TrainFlags& flags) {
                  world->rank(), LeftOutList(*plan).c_str());
     return 0;
   }
-  return TrainSteps(**trainer, flags);
+  return TrainSteps(**trainer, flags, watchdog);
+}
+
+int RunTrainCommand(const TrainFlags& flags) {
+  runtime::MpiSession session(nullptr, nullptr);
+  runtime::MpiWatchdog watchdog("train", flags.timeout_seconds);
+  watchdog.SetPhase("load");
+  train::SetComputeThreads(flags.threads);
+  std::unique_ptr<runtime::Comm> world = runtime::MpiWorldComm();
+  const int code = TrainOnThisRank(*world, flags, watchdog);
+  // Every rank, on every path, waits here for the others: a left-out rank or one that failed
+  // together with the others leaves no peer's watchdog waiting for it.
+  watchdog.SetPhase("finish");
+  world->Barrier();
+  return code;
 }
 
 }  // namespace
@@ -289,6 +352,10 @@ void AddTrainCommand(CLI::App& app, Actions& actions) {
   cmd->add_option("--resume", flags.resume, "Resume from the latest checkpoint in this directory");
   cmd->add_option("--init", flags.init, "Initial weights: a safetensors file with HF names");
   cmd->add_option("--format", flags.format, "table|json")->check(CLI::IsMember({"table", "json"}));
+  cmd->add_option("--timeout", flags.timeout_seconds,
+                  "Seconds without a heartbeat from a peer, or without progress on any rank, "
+                  "before every rank reports it and exits (default 300)")
+      ->check(FiniteRange(1, 86400));
   cmd->add_option("--slowdown", flags.slowdown,
                   "RANK=FACTOR[,...]: emulate slower devices; that rank's compute takes FACTOR "
                   "(>= 1) times as long (docs/measured.md)")

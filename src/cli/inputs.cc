@@ -1,5 +1,6 @@
 #include "cli/inputs.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 
@@ -45,6 +46,18 @@ CLI::Validator FiniteRange(double min, double max) {
 }
 
 CLI::Validator TimeLimitRange() { return FiniteRange(0.0, kMaxTimeLimitSeconds); }
+
+CLI::Validator SeedRange() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t value = 0;
+        const auto [end, status] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (text.empty() || status != std::errc{} || end != text.data() + text.size())
+          return "Value " + text + " must be a whole number in [0, 2^64 - 1]";
+        return "";
+      },
+      "UINT64");
+}
 
 CommandDeadline::CommandDeadline(double time_limit_seconds)
     : start_(std::chrono::steady_clock::now()),

@@ -39,6 +39,8 @@ Result<std::unique_ptr<CostModel>> LoadInputs(const InputFlags& flags, const Pla
 CLI::Validator FiniteRange(double min, double max);
 // --time-limit: seconds in [0, kMaxTimeLimitSeconds].
 CLI::Validator TimeLimitRange();
+// --seed: a whole number in [0, 2^64 - 1] (CLI11 would wrap -1 around for an unsigned option).
+CLI::Validator SeedRange();
 
 // The planning deadline of a command, started when the command starts (--time-limit, checked).
 class CommandDeadline {

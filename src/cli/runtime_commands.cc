@@ -222,7 +222,8 @@ void AddRuntimeCommands(CLI::App& app, Actions& actions) {
   check->add_option("--plan", flags.plan, "Plan JSON file")->required();
   check->add_option("--head-dim", flags.head_dim, "Head dimension (default 32)")
       ->check(CLI::Range(1, 1024));
-  check->add_option("--seed", flags.seed, "Seed of the random inputs (default 1)");
+  check->add_option("--seed", flags.seed, "Seed of the random inputs (default 1)")
+      ->check(SeedRange());
   check
       ->add_option("--tolerance", flags.tolerance,
                    "Largest relative error accepted on every output (default 1e-5)")

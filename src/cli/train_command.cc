@@ -19,6 +19,7 @@
 #include "runtime/mpi_comm.h"
 #include "runtime/slowdown.h"
 #include "spec/model.h"
+#include "spec/units.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -33,13 +34,15 @@ constexpr int64_t kWarmupFractionDivisor = 10;
 constexpr int64_t kWarmupFromSteps = -1;     // --warmup not given: steps / kWarmupFractionDivisor
 constexpr size_t kRecallWindowDivisor = 10;  // the final recall loss averages the last tenth
 constexpr double kDefaultTimeoutSeconds = 300;  // the watchdog's, as attn-check's
+constexpr int kUsageExitCode = 2;               // a bad flag value (CLI11's refusals exit 2 too)
 
 struct TrainFlags {
   std::string plan, model, data = "synthetic:recall", format = "table";
   std::string optimizer = "adamw", recompute = "plan", grad_sync = "overlap";
   std::string save, resume, init, slowdown;
   int64_t save_every = 0;
-  int64_t steps = 10, seq = 0;
+  int64_t steps = 10;
+  std::string seq;  // "" : the plan's; else a token count as `plan --seq` takes it (1K, 65536)
   int batch = 0, threads = 1;  // batch 0: the plan's
   uint64_t seed = 1;
   double timeout_seconds = kDefaultTimeoutSeconds;
@@ -140,10 +143,16 @@ train::RecomputePolicy RecomputeOf(const TrainFlags& flags, const Plan& plan) {
   return policy == "none" ? train::RecomputePolicy::kNone : train::RecomputePolicy::kFull;
 }
 
+// The options from the flags; a flag with a bad value is kInvalidArgument naming it (the command
+// then exits 2, as for a value CLI11 refuses).
 Result<train::TrainOptions> MakeOptions(const TrainFlags& flags, const Plan& plan) {
   train::TrainOptions options;
   options.data = flags.data;
-  options.seq_len = flags.seq;
+  if (!flags.seq.empty()) {
+    auto seq = ParseTokenCount(flags.seq, "--seq");
+    if (!seq) return std::unexpected(seq.error());
+    options.seq_len = *seq;
+  }
   options.batch = flags.batch;
   options.seed = flags.seed;
   options.optimizer = flags.opt;
@@ -155,6 +164,8 @@ Result<train::TrainOptions> MakeOptions(const TrainFlags& flags, const Plan& pla
       flags.optimizer == "sgd" ? train::OptimizerKind::kSgd : train::OptimizerKind::kAdamW;
   options.recompute = RecomputeOf(flags, plan);
   options.overlap_grad_sync = flags.grad_sync == "overlap";
+  if (auto valid = train::ValidateOptimizerConfig(options.optimizer); !valid)
+    return std::unexpected(valid.error());
   return options;
 }
 
@@ -223,7 +234,7 @@ std::string Number(double value) {
 std::vector<runtime::FlagValue> AgreedFlags(const TrainFlags& flags) {
   const train::OptimizerConfig& opt = flags.opt;
   return {{"--steps", std::to_string(flags.steps)},
-          {"--seq", std::to_string(flags.seq)},
+          {"--seq", flags.seq},
           {"--batch", std::to_string(flags.batch)},
           {"--seed", std::to_string(flags.seed)},
           {"--data", flags.data},
@@ -271,6 +282,10 @@ int TrainOnThisRank(runtime::Comm& world_comm, const TrainFlags& flags,
                                              "every rank trains the same run");
       !agreed)
     return Fail(*world, agreed.error(), true);
+  if (!options) {  // a bad flag value, the same on every rank (the flags agree): bad usage
+    Fail(*world, options.error(), true);
+    return kUsageExitCode;
+  }
   if (auto slowed = runtime::ApplySlowdown(flags.slowdown, world->rank(), world->size()); !slowed) {
     return Fail(*world, slowed.error(), true);
   }
@@ -318,12 +333,13 @@ void AddTrainCommand(CLI::App& app, Actions& actions) {
                   "Byte file, or synthetic:recall[:K] (default; K keys, 1 by default)");
   cmd->add_option("--steps", flags.steps, "Optimizer steps (default 10)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  cmd->add_option("--seq", flags.seq, "Sequence length S (default: the plan's)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--seq", flags.seq,
+                  "Sequence length S, e.g. 1K or 1024 (default: the plan's; given, it must equal "
+                  "it)");
   cmd->add_option("--batch", flags.batch,
                   "Sequences per step (default: the plan's batch; given, it must equal it)")
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--seed", flags.seed, "Seed of weights and data (default 1)");
+  cmd->add_option("--seed", flags.seed, "Seed of weights and data (default 1)")->check(SeedRange());
   cmd->add_option("--optimizer", flags.optimizer, "adamw (default) or sgd")
       ->check(CLI::IsMember({"adamw", "sgd"}));
   cmd->add_option("--lr", flags.opt.lr, "Peak learning rate (default 3e-3)");

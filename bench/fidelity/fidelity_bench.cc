@@ -114,7 +114,7 @@ std::vector<StrategyResult> AllStrategies(const CostModel& cost) {
 
 // ---- Replica plans composed from baselines on node subsets.
 
-using Baseline = StrategyResult (*)(const CostModel&);
+using Baseline = StrategyResult (*)(const CostModel&, const Deadline&);  // run without a deadline
 
 // Nodes [first_node, first_node + count) of one kind as a cluster of their own (world ranks in
 // `world_ranks`).
@@ -150,7 +150,7 @@ std::optional<Part> BaselineOnNodes(const Scenario& scenario, Baseline baseline,
   const Cluster part = NodeSubset(scenario.cluster, first_node, count, &world_ranks);
   Workload workload = scenario.workload;
   workload.batch = 1;
-  const StrategyResult result = baseline(CostModel(part, scenario.model, workload));
+  const StrategyResult result = baseline(CostModel(part, scenario.model, workload), Deadline{});
   if (!result.feasible()) return std::nullopt;
   return Part{EmbedPlan(result.plan, world_ranks, scenario.cluster.num_ranks()),
               result.cost.iteration_seconds - result.cost.grad_sync_seconds};

@@ -103,7 +103,7 @@ std::unique_ptr<CostModel> PlanCostModel(const Plan& plan, const py::object& clu
 
 ScheduleOptions MakeOptions(double time_limit, int threads, const WorkloadArgs& args) {
   ScheduleOptions options;
-  options.time_limit_seconds = time_limit;
+  options.deadline = Unwrap(Deadline::FromTimeLimit(time_limit, "time_limit"));
   options.threads = threads;
   options.zero_auto = args.zero == kZeroAuto;
   options.recompute_auto = args.recompute == "auto";

@@ -1,5 +1,6 @@
 #include "cli/inputs.h"
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 
@@ -45,6 +46,33 @@ CLI::Validator FiniteRange(double min, double max) {
 }
 
 CLI::Validator TimeLimitRange() { return FiniteRange(0.0, kMaxTimeLimitSeconds); }
+
+CLI::Validator SeedRange() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        uint64_t value = 0;
+        const auto [end, status] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (text.empty() || status != std::errc{} || end != text.data() + text.size())
+          return "Value " + text + " must be a whole number in [0, 2^64 - 1]";
+        return "";
+      },
+      "UINT64");
+}
+
+CommandDeadline::CommandDeadline(double time_limit_seconds)
+    : start_(std::chrono::steady_clock::now()),
+      // The flag's check (TimeLimitRange) has refused every value FromTimeLimit refuses.
+      deadline_(Deadline::FromTimeLimit(time_limit_seconds).value_or(Deadline{})) {}
+
+void CommandDeadline::NoteIfReached(const std::string& result) const {
+  if (!deadline_.CutShort()) return;
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  std::fprintf(stderr,
+               "hexiseq: --time-limit %g s reached (%.2f s in all): the searches stopped early; "
+               "%s\n",
+               deadline_.limit_seconds(), elapsed, result.c_str());
+}
 
 void ApplyTrainingChoice(const InputFlags& flags, ScheduleOptions& options) {
   options.zero_auto = flags.zero == "auto";

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,6 +39,22 @@ Result<std::unique_ptr<CostModel>> LoadInputs(const InputFlags& flags, const Pla
 CLI::Validator FiniteRange(double min, double max);
 // --time-limit: seconds in [0, kMaxTimeLimitSeconds].
 CLI::Validator TimeLimitRange();
+// --seed: a whole number in [0, 2^64 - 1] (CLI11 would wrap -1 around for an unsigned option).
+CLI::Validator SeedRange();
+
+// The planning deadline of a command, started when the command starts (--time-limit, checked).
+class CommandDeadline {
+ public:
+  explicit CommandDeadline(double time_limit_seconds);
+  const Deadline& deadline() const { return deadline_; }
+  // When the deadline cut a search short: one line on stderr saying so, with the time taken and
+  // what the result is (`result`, e.g. "the plan is the best found by then").
+  void NoteIfReached(const std::string& result) const;
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+  Deadline deadline_;
+};
 
 // A left-aligned text table: first row is the header.
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows);

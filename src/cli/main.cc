@@ -36,7 +36,9 @@ int main(int argc, char** argv) {
   AddPlanningCommands(app, actions);
   AddSimulateCommand(app, actions);
   AddRuntimeCommands(app, actions);
+#ifndef HEXISEQ_NO_TRAIN  // a build without libtorch (HEXISEQ_TRAIN=OFF) has no train command
   AddTrainCommand(app, actions);
+#endif
   AddReportCommand(app, actions);
   AddCalibrateCommand(app, actions);
   try {

@@ -52,10 +52,11 @@ class ProgressBar {
 };
 
 // The scheduler's options from the flags, with a progress bar on a terminal.
-ScheduleOptions MakeScheduleOptions(const PlanFlags& flags, ProgressBar& bar,
+ScheduleOptions MakeScheduleOptions(const PlanFlags& flags, const CommandDeadline& deadline,
+                                    ProgressBar& bar,
                                     std::vector<CandidateRecord>* candidates = nullptr) {
   ScheduleOptions options;
-  options.time_limit_seconds = flags.time_limit;
+  options.deadline = deadline.deadline();
   options.threads = flags.threads;
   options.progress = [&bar](double fraction) { bar.Update(fraction); };
   options.candidates = candidates;
@@ -116,13 +117,15 @@ std::string PlanSummary(const Plan& plan, const CostModel& model, const PlanCost
 }
 
 int RunPlan(const PlanFlags& f) {
+  const CommandDeadline deadline(f.time_limit);
   auto model = LoadInputs(f.in);
   if (!model) return ReportError(model.error());
   std::vector<CandidateRecord> candidates;
   ProgressBar bar;
-  const ScheduleOptions options = MakeScheduleOptions(f, bar, &candidates);
+  const ScheduleOptions options = MakeScheduleOptions(f, deadline, bar, &candidates);
   auto result = PlanStrategy(**model, f.strategy, options);
   if (!result) return ReportError(result.error());
+  deadline.NoteIfReached("the plan is the best found by then");
   std::string text = f.format == "json" ? PlanToJson(result->plan)
                                         : PlanSummary(result->plan, **model, result->cost,
                                                       {true, result->options_considered},
@@ -149,12 +152,15 @@ int RunPlan(const PlanFlags& f) {
 }
 
 int RunCompare(const PlanFlags& f) {
+  const CommandDeadline deadline(f.time_limit);
   auto loaded = LoadInputs(f.in);
   if (!loaded) return ReportError(loaded.error());
   const CostModel& model = **loaded;
   ProgressBar bar;
-  auto comparison = CompareStrategies(model, MakeScheduleOptions(f, bar));
+  auto comparison = CompareStrategies(model, MakeScheduleOptions(f, deadline, bar));
   if (!comparison) return ReportError(comparison.error());
+  deadline.NoteIfReached(
+      "each row is the best that strategy found by then, and rows not scored say so");
   const std::vector<StrategyResult>& results = comparison->results;
   const double best_baseline = comparison->best_baseline_seconds;
   const double ideal = comparison->ideal_seconds;
@@ -180,9 +186,10 @@ int RunCompare(const PlanFlags& f) {
   std::vector<std::string> notes;
   for (const StrategyResult& r : results) {
     if (!r.applicable || r.cost.iteration_seconds <= 0) {  // not applicable, or nothing fits
-      rows.push_back(
-          {r.strategy, "-", "-", "-", "-", r.applicable ? "no" : "n/a", "-", "-", "-", "-", "-"});
-      notes.push_back(r.strategy + ": " + (r.applicable ? "" : "not applicable: ") + r.reason);
+      const std::string feasible = r.timed_out ? "-" : r.applicable ? "no" : "n/a";
+      rows.push_back({r.strategy, "-", "-", "-", "-", feasible, "-", "-", "-", "-", "-"});
+      notes.push_back(r.strategy + ": " + (r.applicable || r.timed_out ? "" : "not applicable: ") +
+                      r.reason);
       continue;
     }
     rows.push_back(
@@ -317,7 +324,8 @@ void AddPlanningCommands(CLI::App& app, Actions& actions) {
       ->check(CLI::IsMember({"table", "json"}));
   plan->add_option("-o,--output", plan_flags.output, "Write the plan JSON to this file");
   plan->add_option("--time-limit", plan_flags.time_limit,
-                   "Planner time limit in seconds (0: none); the best plan so far is returned")
+                   "Wall-clock limit in seconds for the whole command (0: none); when reached, "
+                   "the best plan found so far is returned and stderr says so")
       ->check(TimeLimitRange());
   plan->add_option("--threads", plan_flags.threads, "Planner threads (results do not depend on it)")
       ->check(CLI::Range(1, 256));
@@ -325,7 +333,10 @@ void AddPlanningCommands(CLI::App& app, Actions& actions) {
 
   CLI::App* compare = app.add_subcommand("compare", "Every strategy side by side");
   AddInputFlags(compare, compare_flags.in, true);
-  compare->add_option("--time-limit", compare_flags.time_limit, "Planner time limit in seconds")
+  compare
+      ->add_option("--time-limit", compare_flags.time_limit,
+                   "Wall-clock limit in seconds for the whole comparison (0: none); when "
+                   "reached, each strategy keeps the best it found and stderr says so")
       ->check(TimeLimitRange());
   compare->add_option("--threads", compare_flags.threads, "Planner threads")
       ->check(CLI::Range(1, 256));

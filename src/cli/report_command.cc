@@ -69,12 +69,13 @@ Result<void> Write(const std::string& path, const std::string& text) {
 
 int RunReport(const ReportFlags& f) {
   if (auto usage = CheckUsage(f)) return *usage;
+  const CommandDeadline deadline(f.time_limit);
   auto plan = LoadGivenPlan(f);
   if (!plan) return ReportError(plan.error());
   auto model = LoadInputs(f.inputs, *plan ? &**plan : nullptr);
   if (!model) return ReportError(model.error());
   report::ReportOptions options;
-  options.time_limit_seconds = f.time_limit;
+  options.deadline = deadline.deadline();
   options.threads = f.threads;
   options.zero_auto = !*plan && f.inputs.zero == "auto";
   options.recompute_auto = !*plan && f.inputs.recompute == "auto";
@@ -86,6 +87,7 @@ int RunReport(const ReportFlags& f) {
     return ReportError(
         Error{data.error().code, (*plan ? f.plan + ": " : std::string()) + data.error().message});
   if (*plan) data->plan_source = f.plan;
+  deadline.NoteIfReached("the report shows the best plans found by then");
   std::string text;
   if (f.format == "svg") {
     auto svg = report::FigureSvg(*data, *report::ParseFigure(f.figure));
@@ -114,7 +116,9 @@ void AddReportCommand(CLI::App& app, Actions& actions) {
   cmd->add_option("-o,--output", flags->output, "Output file (default: stdout)");
   cmd->add_option("--format", flags->format, "html|svg")->check(CLI::IsMember({"html", "svg"}));
   cmd->add_option("--figure", flags->figure, "With --format svg: plan-map|timeline|strategies");
-  cmd->add_option("--time-limit", flags->time_limit, "Planner time limit in seconds (0: none)")
+  cmd->add_option("--time-limit", flags->time_limit,
+                  "Wall-clock limit in seconds for the planning and simulation (0: none); when "
+                  "reached, the best plans found so far are shown and stderr says so")
       ->check(TimeLimitRange());
   cmd->add_option("--threads", flags->threads, "Planner threads")->check(CLI::Range(1, 256));
   cmd->add_option("--simulate", flags->simulate,

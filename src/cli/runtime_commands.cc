@@ -222,15 +222,16 @@ void AddRuntimeCommands(CLI::App& app, Actions& actions) {
   check->add_option("--plan", flags.plan, "Plan JSON file")->required();
   check->add_option("--head-dim", flags.head_dim, "Head dimension (default 32)")
       ->check(CLI::Range(1, 1024));
-  check->add_option("--seed", flags.seed, "Seed of the random inputs (default 1)");
+  check->add_option("--seed", flags.seed, "Seed of the random inputs (default 1)")
+      ->check(SeedRange());
   check
       ->add_option("--tolerance", flags.tolerance,
                    "Largest relative error accepted on every output (default 1e-5)")
       ->check(FiniteRange(1e-300, 1.0));
   check
       ->add_option("--timeout", flags.timeout_seconds,
-                   "Seconds without a heartbeat from a peer before every live rank reports it "
-                   "and exits (default 300)")
+                   "Seconds without a heartbeat from a peer, or without progress on any rank, "
+                   "before every rank reports it and exits (default 300)")
       ->check(FiniteRange(1, 86400));
   check->add_option("--format", flags.format, "table|json")
       ->check(CLI::IsMember({"table", "json"}));

@@ -3,7 +3,9 @@
 // on stdout (table or JSON lines): loss, recall loss, gradient norm, seconds, tokens/s and the
 // per-phase seconds of the slowest participant; a summary with the peak RSS of every participant
 // goes to stderr. A rank the plan leaves out says so on stderr after the start-up checks and
-// exits 0.
+// exits 0 after the others finish. A watchdog (--timeout) ends every rank with a clear message
+// when a peer stops or no rank makes progress, and the flags that must agree are checked across
+// ranks before anything is built.
 #include <cinttypes>
 #include <cmath>
 #include <cstdio>
@@ -12,10 +14,13 @@
 
 #include "cli/cli.h"
 #include "cli/emulation_flags.h"
+#include "cli/inputs.h"
 #include "cli/train_phases.h"
 #include "plan/plan.h"
+#include "runtime/agreement.h"
 #include "runtime/mpi_comm.h"
 #include "spec/model.h"
+#include "spec/units.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
 
@@ -29,6 +34,8 @@ constexpr double kDefaultLearningRate = 3e-3;
 constexpr int64_t kWarmupFractionDivisor = 10;
 constexpr int64_t kWarmupFromSteps = -1;     // --warmup not given: steps / kWarmupFractionDivisor
 constexpr size_t kRecallWindowDivisor = 10;  // the final recall loss averages the last tenth
+constexpr double kDefaultTimeoutSeconds = 300;  // the watchdog's, as attn-check's
+constexpr int kUsageExitCode = 2;               // a bad flag value (CLI11's refusals exit 2 too)
 
 struct TrainFlags {
   std::string plan, model, data = "synthetic:recall", format = "table";
@@ -36,9 +43,11 @@ struct TrainFlags {
   std::string save, resume, init;
   EmulationFlags emulation;  // --slowdown, --slowdown-pad, --link-slowdown
   int64_t save_every = 0;
-  int64_t steps = 10, seq = 0;
+  int64_t steps = 10;
+  std::string seq;  // "" : the plan's; else a token count as `plan --seq` takes it (1K, 65536)
   int batch = 0, threads = 1;  // batch 0: the plan's
   uint64_t seed = 1;
+  double timeout_seconds = kDefaultTimeoutSeconds;
   train::OptimizerConfig opt = [] {
     train::OptimizerConfig config;
     config.lr = kDefaultLearningRate;
@@ -126,10 +135,16 @@ train::RecomputePolicy RecomputeOf(const TrainFlags& flags, const Plan& plan) {
   return policy == "none" ? train::RecomputePolicy::kNone : train::RecomputePolicy::kFull;
 }
 
+// The options from the flags; a flag with a bad value is kInvalidArgument naming it (the command
+// then exits 2, as for a value CLI11 refuses).
 Result<train::TrainOptions> MakeOptions(const TrainFlags& flags, const Plan& plan) {
   train::TrainOptions options;
   options.data = flags.data;
-  options.seq_len = flags.seq;
+  if (!flags.seq.empty()) {
+    auto seq = ParseTokenCount(flags.seq, "--seq");
+    if (!seq) return std::unexpected(seq.error());
+    options.seq_len = *seq;
+  }
   options.batch = flags.batch;
   options.seed = flags.seed;
   options.optimizer = flags.opt;
@@ -141,6 +156,8 @@ Result<train::TrainOptions> MakeOptions(const TrainFlags& flags, const Plan& pla
       flags.optimizer == "sgd" ? train::OptimizerKind::kSgd : train::OptimizerKind::kAdamW;
   options.recompute = RecomputeOf(flags, plan);
   options.overlap_grad_sync = flags.grad_sync == "overlap";
+  if (auto valid = train::ValidateOptimizerConfig(options.optimizer); !valid)
+    return std::unexpected(valid.error());
   return options;
 }
 
@@ -168,7 +185,7 @@ Result<void> StartFrom(train::Trainer& trainer, const TrainFlags& flags) {
 }
 
 // The participants' loop: steps, per-step lines from the first participant, checkpoints.
-int TrainSteps(train::Trainer& trainer, const TrainFlags& flags) {
+int TrainSteps(train::Trainer& trainer, const TrainFlags& flags, runtime::MpiWatchdog& watchdog) {
   runtime::Comm& participants = trainer.participants();
   if (auto started = StartFrom(trainer, flags); !started) {
     return Fail(participants, started.error(), true);
@@ -179,6 +196,7 @@ int TrainSteps(train::Trainer& trainer, const TrainFlags& flags) {
   std::vector<double> recall_per_step;  // this run's steps
   PhaseMedians phase_medians;           // every participant's phases, this run's steps
   while (trainer.step() < flags.steps) {
+    watchdog.SetPhase("step");
     auto report = trainer.Step();
     if (!report) return Fail(participants, report.error(), true);
     const std::vector<RankPhases> phases =
@@ -189,19 +207,56 @@ int TrainSteps(train::Trainer& trainer, const TrainFlags& flags) {
     const int64_t done = trainer.step();
     const bool periodic = flags.save_every > 0 && done % flags.save_every == 0;
     if (!flags.save.empty() && (periodic || done == flags.steps)) {
+      watchdog.SetPhase("checkpoint");
       if (auto saved = train::SaveCheckpoint(trainer, flags.save); !saved) {
         return Fail(participants, saved.error(), true);
       }
     }
   }
+  watchdog.SetPhase("summary");
   PrintSummary(trainer, recall_per_step, phase_medians);
   return 0;
 }
 
-int RunTrainCommand(const TrainFlags& flags) {
-  runtime::MpiSession session(nullptr, nullptr);
-  train::SetComputeThreads(flags.threads);
-  std::unique_ptr<runtime::Comm> world = runtime::MpiWorldComm();
+std::string Number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  return text;
+}
+
+// The flags every rank must give the same value (a different --seed or --lr on one rank would
+// train a different model there; a different --steps or --save-every would deadlock).
+std::vector<runtime::FlagValue> AgreedFlags(const TrainFlags& flags) {
+  const train::OptimizerConfig& opt = flags.opt;
+  return {{"--steps", std::to_string(flags.steps)},
+          {"--seq", flags.seq},
+          {"--batch", std::to_string(flags.batch)},
+          {"--seed", std::to_string(flags.seed)},
+          {"--data", flags.data},
+          {"--optimizer", flags.optimizer},
+          {"--lr", Number(opt.lr)},
+          {"--min-lr", Number(opt.min_lr)},
+          {"--warmup", std::to_string(opt.warmup_steps)},
+          {"--beta1", Number(opt.beta1)},
+          {"--beta2", Number(opt.beta2)},
+          {"--adam-eps", Number(opt.eps)},
+          {"--weight-decay", Number(opt.weight_decay)},
+          {"--grad-clip", Number(opt.grad_clip)},
+          {"--recompute", flags.recompute},
+          {"--grad-sync", flags.grad_sync},
+          {"--save", flags.save},
+          {"--save-every", std::to_string(flags.save_every)},
+          {"--resume", flags.resume},
+          {"--init", flags.init},
+          {"--slowdown", flags.emulation.slowdown},
+          {"--slowdown-pad", flags.emulation.pad},
+          {"--link-slowdown", flags.emulation.link_slowdown},
+          {"--timeout", Number(flags.timeout_seconds)}};
+}
+
+// Everything but the final barrier: load, agree, build, train (or leave, for a left-out rank).
+int TrainOnThisRank(std::unique_ptr<runtime::Comm>& world, const TrainFlags& flags,
+                    runtime::MpiWatchdog& watchdog) {
   auto plan = LoadPlan(flags.plan);
   auto model = LoadModel(flags.model);
   auto options = MakeOptions(flags, plan ? *plan : Plan{});
@@ -218,9 +273,19 @@ int RunTrainCommand(const TrainFlags& flags) {
                    "on another rank"},
                   true);
   }
+  watchdog.SetPhase("agree");
+  if (auto agreed = runtime::CheckFlagsAgree(*world, "train", AgreedFlags(flags),
+                                             "every rank trains the same run");
+      !agreed)
+    return Fail(*world, agreed.error(), true);
+  if (!options) {  // a bad flag value, the same on every rank (the flags agree): bad usage
+    Fail(*world, options.error(), true);
+    return kUsageExitCode;
+  }
   if (auto emulated = ApplyEmulation(flags.emulation, world); !emulated) {
     return Fail(*world, emulated.error(), true);
   }
+  watchdog.SetPhase("setup");
   auto trainer = train::Trainer::Create(*plan, *model, *options, *world);
   // Setup errors come before the split (every rank has them) or after it (every participant):
   // the first participating rank prints them.
@@ -235,7 +300,21 @@ int RunTrainCommand(const TrainFlags& flags) {
                  world->rank(), LeftOutList(*plan).c_str());
     return 0;
   }
-  return TrainSteps(**trainer, flags);
+  return TrainSteps(**trainer, flags, watchdog);
+}
+
+int RunTrainCommand(const TrainFlags& flags) {
+  runtime::MpiSession session(nullptr, nullptr);
+  runtime::MpiWatchdog watchdog("train", flags.timeout_seconds);
+  watchdog.SetPhase("load");
+  train::SetComputeThreads(flags.threads);
+  std::unique_ptr<runtime::Comm> world = runtime::MpiWorldComm();
+  const int code = TrainOnThisRank(world, flags, watchdog);
+  // Every rank, on every path, waits here for the others: a left-out rank or one that failed
+  // together with the others leaves no peer's watchdog waiting for it.
+  watchdog.SetPhase("finish");
+  world->Barrier();
+  return code;
 }
 
 }  // namespace
@@ -250,12 +329,13 @@ void AddTrainCommand(CLI::App& app, Actions& actions) {
                   "Byte file, or synthetic:recall[:K] (default; K keys, 1 by default)");
   cmd->add_option("--steps", flags.steps, "Optimizer steps (default 10)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  cmd->add_option("--seq", flags.seq, "Sequence length S (default: the plan's)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+  cmd->add_option("--seq", flags.seq,
+                  "Sequence length S, e.g. 1K or 1024 (default: the plan's; given, it must equal "
+                  "it)");
   cmd->add_option("--batch", flags.batch,
                   "Sequences per step (default: the plan's batch; given, it must equal it)")
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--seed", flags.seed, "Seed of weights and data (default 1)");
+  cmd->add_option("--seed", flags.seed, "Seed of weights and data (default 1)")->check(SeedRange());
   cmd->add_option("--optimizer", flags.optimizer, "adamw (default) or sgd")
       ->check(CLI::IsMember({"adamw", "sgd"}));
   cmd->add_option("--lr", flags.opt.lr, "Peak learning rate (default 3e-3)");
@@ -284,6 +364,10 @@ void AddTrainCommand(CLI::App& app, Actions& actions) {
   cmd->add_option("--resume", flags.resume, "Resume from the latest checkpoint in this directory");
   cmd->add_option("--init", flags.init, "Initial weights: a safetensors file with HF names");
   cmd->add_option("--format", flags.format, "table|json")->check(CLI::IsMember({"table", "json"}));
+  cmd->add_option("--timeout", flags.timeout_seconds,
+                  "Seconds without a heartbeat from a peer, or without progress on any rank, "
+                  "before every rank reports it and exits (default 300)")
+      ->check(FiniteRange(1, 86400));
   AddEmulationOptions(cmd, flags.emulation, "compute regions");
   actions[cmd] = [] { return RunTrainCommand(flags); };
 }

@@ -77,6 +77,9 @@ struct Plan {
   std::optional<PlanPrediction> predicted;
   std::string planner;     // provenance: planner name and version
   std::string input_hash;  // provenance: hash of cluster + model + workload
+  // provenance: the planner's time limit cut its search short; this is the best plan it had
+  // found by then (written only when true).
+  bool time_limit_reached = false;
   bool operator==(const Plan&) const = default;
 };
 

@@ -42,7 +42,7 @@ const std::vector<std::string> kRankPredictionKeys = {"rank",
                                                       "compute_seconds",
                                                       "exposed_comm_seconds",
                                                       "total_comm_seconds"};
-const std::vector<std::string> kProvenanceKeys = {"planner", "input_hash"};
+const std::vector<std::string> kProvenanceKeys = {"planner", "input_hash", "time_limit_reached"};
 
 constexpr size_t kMaxShownChars = 60;
 
@@ -152,6 +152,11 @@ class Reader {
     if (!std::isfinite(number) || number < 0)
       return Fail(path, Show(value), "must be finite and >= 0", rule);
     return number;
+  }
+
+  Result<bool> Bool(const json& value, const std::string& path) const {
+    if (value.is_boolean()) return value.get<bool>();
+    return Fail(path, Show(value), "must be true or false", "a flag");
   }
 
   Result<std::string> String(const json& value, const std::string& path) const {
@@ -373,6 +378,10 @@ Result<void> ReadProvenance(const Reader& reader, const json& plan_json, Plan& p
   auto provenance = plan_json.find("provenance");
   if (provenance == plan_json.end()) return {};
   HEXISEQ_TRY_VOID(reader.Object(*provenance, "provenance", kProvenanceKeys, "provenance"));
+  if (auto limited = provenance->find("time_limit_reached"); limited != provenance->end()) {
+    HEXISEQ_TRY(value, reader.Bool(*limited, "provenance.time_limit_reached"));
+    plan.time_limit_reached = value;
+  }
   return read(*provenance, "provenance");
 }
 
@@ -599,6 +608,7 @@ std::string PlanToJson(const Plan& plan, int indent) {
   json prov;
   prov["planner"] = plan.planner;
   prov["input_hash"] = plan.input_hash;
+  if (plan.time_limit_reached) prov["time_limit_reached"] = true;
   j["provenance"] = std::move(prov);
   return j.dump(indent) + "\n";
 }

@@ -84,6 +84,9 @@ std::string HeadlineSection(const ReportData& data) {
     return html.str();
   }
   const Plan& plan = *data.plan;
+  if (data.time_limit_reached)
+    html << "<div class=\"banner\"><b>The time limit was reached.</b> The searches stopped early: "
+            "this is the best plan found by then, and strategies not scored say so.</div>\n";
   html << "<p>Plan shown: <b>" << Escape(plan.strategy) << "</b> (" << Escape(plan.config)
        << "), from " << Escape(data.plan_source) << ".</p>\n";
   if (!data.cost.feasible)

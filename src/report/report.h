@@ -42,11 +42,11 @@ inline constexpr int kMaxSimulatedRanks = 256;
 enum class SimulatePolicy { kAuto, kAlways, kNever };
 
 struct ReportOptions {
-  double time_limit_seconds = 0;  // scheduler limit (0: none)
-  int threads = 1;                // scheduler threads
-  bool exact_search = true;       // add the exact search on clusters of <= kExactMaxRanks ranks
-  bool zero_auto = false;         // the planner picks the ZeRO stage (--zero auto)
-  bool recompute_auto = false;    // the planner picks the recompute policy (--recompute auto)
+  Deadline deadline;            // the command's planning deadline (sched/deadline.h; default: none)
+  int threads = 1;              // scheduler threads
+  bool exact_search = true;     // add the exact search on clusters of <= kExactMaxRanks ranks
+  bool zero_auto = false;       // the planner picks the ZeRO stage (--zero auto)
+  bool recompute_auto = false;  // the planner picks the recompute policy (--recompute auto)
   SimulatePolicy simulate = SimulatePolicy::kAuto;
 };
 
@@ -70,6 +70,7 @@ struct ReportData {
   std::vector<TrainingOption> options;
   double planning_seconds = 0;
   std::string no_plan_reason;                // why there is no plan (the scheduler's explanation)
+  bool time_limit_reached = false;           // the deadline cut some strategy's search short
   std::optional<sim::SimResult> simulation;  // one layer, with its timeline
   std::string simulation_error;              // why there is no simulation (skipped or failed)
 };

@@ -55,7 +55,7 @@ StrategyRow FailedRow(const std::string& strategy, const Error& error, double se
 // The scheduler's options for the report's searches.
 ScheduleOptions SearchOptions(const ReportOptions& options) {
   ScheduleOptions schedule;
-  schedule.time_limit_seconds = options.time_limit_seconds;
+  schedule.deadline = options.deadline;
   schedule.threads = options.threads;
   schedule.zero_auto = options.zero_auto;
   schedule.recompute_auto = options.recompute_auto;
@@ -126,6 +126,7 @@ Result<ReportData> BuildReport(const CostModel& model, const std::optional<Plan>
                                  data.ideal_iteration_seconds;
   AddBaselines(model, schedule, data);
   std::optional<StrategyResult> scheduled = AddSearches(model, options, schedule, data);
+  data.time_limit_reached = options.deadline.CutShort();
   if (plan) {
     data.plan = *plan;
     data.cost = model.Evaluate(*plan);
@@ -148,6 +149,8 @@ Result<ReportData> BuildReport(const CostModel& model, const std::optional<Plan>
   const int ranks = model.cluster().num_ranks();
   if (options.simulate == SimulatePolicy::kNever) {
     data.simulation_error = "not simulated (--simulate never)";
+  } else if (options.deadline.Expired()) {
+    data.simulation_error = "not simulated: the time limit was reached (hint: raise --time-limit)";
   } else if (options.simulate == SimulatePolicy::kAuto && ranks > kMaxSimulatedRanks) {
     data.simulation_error = "not simulated: " + std::to_string(ranks) + " ranks is more than the " +
                             std::to_string(kMaxSimulatedRanks) +

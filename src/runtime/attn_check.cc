@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 
+#include "runtime/agreement.h"
 #include "runtime/attention_kernels.h"
 #include "runtime/replicas.h"
 #include "spec/units.h"
@@ -259,65 +260,16 @@ std::vector<ErrorStats> CompareOutputs(const FullOutputs& distributed, const Ful
 
 // --- Checks before anything is allocated -------------------------------------------------------
 
-// "rank 0, 1 use 7; rank 2 uses 9" for the values `mine` gathered from every rank.
-template <class T, class Format>
-std::string DescribeDisagreement(const std::vector<T>& values, Format format) {
-  std::map<T, std::vector<int>> ranks_by_value;
-  for (int rank = 0; rank < static_cast<int>(values.size()); ++rank)
-    ranks_by_value[values[rank]].push_back(rank);
-  std::string text;
-  for (const auto& [value, ranks] : ranks_by_value) {
-    std::string list;
-    for (int rank : ranks) list += (list.empty() ? "" : ", ") + std::to_string(rank);
-    text += (text.empty() ? "" : "; ") + std::string(ranks.size() > 1 ? "ranks " : "rank ") + list +
-            (ranks.size() > 1 ? " use " : " uses ") + format(value);
-  }
-  return text;
-}
-
 // Every rank must use the same --seed, --head-dim and --tolerance: inputs generated with different
 // seeds would make a correct plan fail (and a mismatched tolerance a different verdict per rank).
 Result<void> CheckOptionAgreement(Comm& world, const AttnCheckOptions& options) {
-  struct Entry {
-    uint64_t seed;
-    int64_t head_dim;
-    double tolerance;
-  };
-  const Entry mine{options.seed, options.head_dim, options.tolerance};
-  std::vector<Entry> all(world.size());
-  world.Allgather(&mine, sizeof mine, all.data());
-  std::vector<uint64_t> seeds;
-  std::vector<int64_t> head_dims;
-  std::vector<double> tolerances;
-  for (const Entry& entry : all) {
-    seeds.push_back(entry.seed);
-    head_dims.push_back(entry.head_dim);
-    tolerances.push_back(entry.tolerance);
-  }
-  auto differs = [](const auto& values) {
-    return std::adjacent_find(values.begin(), values.end(), std::not_equal_to<>()) != values.end();
-  };
-  const std::string hint =
-      " (rule: every rank runs the same check; hint: give every rank the "
-      "same flags)";
-  if (differs(seeds))
-    return InvalidArgument(
-        "attn-check: --seed differs across ranks: " +
-        DescribeDisagreement(seeds, [](uint64_t v) { return std::to_string(v); }) + hint);
-  if (differs(head_dims))
-    return InvalidArgument(
-        "attn-check: --head-dim differs across ranks: " +
-        DescribeDisagreement(head_dims, [](int64_t v) { return std::to_string(v); }) + hint);
-  if (differs(tolerances))
-    return InvalidArgument("attn-check: --tolerance differs across ranks: " +
-                           DescribeDisagreement(tolerances,
-                                                [](double v) {
-                                                  char text[32];
-                                                  std::snprintf(text, sizeof text, "%g", v);
-                                                  return std::string(text);
-                                                }) +
-                           hint);
-  return {};
+  char tolerance[32];
+  std::snprintf(tolerance, sizeof tolerance, "%g", options.tolerance);
+  return CheckFlagsAgree(world, "attn-check",
+                         {{"--seed", std::to_string(options.seed)},
+                          {"--head-dim", std::to_string(options.head_dim)},
+                          {"--tolerance", tolerance}},
+                         "every rank runs the same check");
 }
 
 // Bytes of float tensors that `rank` holds at the peak (a lower bound: kernels' scratch space is

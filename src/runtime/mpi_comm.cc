@@ -10,6 +10,9 @@
 #include <chrono>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
 #include <vector>
 
 #include "spec/error.h"
@@ -19,6 +22,28 @@ namespace {
 
 struct MpiRequest : Request {
   MPI_Request handle = MPI_REQUEST_NULL;
+};
+
+// What this process's communication is doing, for the watchdog: how many blocking calls (and
+// successful tests) completed, and whether the main thread is inside a blocking call now.
+struct CommActivity {
+  std::atomic<int64_t> completed{0};
+  std::atomic<int> inside{0};
+};
+CommActivity& Activity() {
+  static CommActivity activity;
+  return activity;
+}
+// Marks the scope of one blocking MPI call.
+class BlockingCall {
+ public:
+  BlockingCall() { ++Activity().inside; }
+  ~BlockingCall() {
+    --Activity().inside;
+    ++Activity().completed;
+  }
+  BlockingCall(const BlockingCall&) = delete;
+  BlockingCall& operator=(const BlockingCall&) = delete;
 };
 
 int CheckedInt(size_t value) {
@@ -57,6 +82,7 @@ class MpiComm final : public Comm {
   }
   void Wait(Request& request) override {
     if (request.done()) return;
+    const BlockingCall call;
     MPI_Wait(&static_cast<MpiRequest&>(request).handle, MPI_STATUS_IGNORE);
     MarkDone(request);
   }
@@ -70,6 +96,7 @@ class MpiComm final : public Comm {
       owners.push_back(index);
     }
     HEXISEQ_CHECK(!handles.empty(), "WaitAny called without an incomplete request");
+    const BlockingCall call;
     int which = MPI_UNDEFINED;
     MPI_Waitany(static_cast<int>(handles.size()), handles.data(), &which, MPI_STATUS_IGNORE);
     HEXISEQ_CHECK(which != MPI_UNDEFINED, "MPI_Waitany found no active request");
@@ -82,7 +109,10 @@ class MpiComm final : public Comm {
     if (request.done()) return true;
     int flag = 0;
     MPI_Test(&static_cast<MpiRequest&>(request).handle, &flag, MPI_STATUS_IGNORE);
-    if (flag) MarkDone(request);
+    if (flag) {
+      MarkDone(request);
+      ++Activity().completed;
+    }
     return flag != 0;
   }
 
@@ -93,6 +123,7 @@ class MpiComm final : public Comm {
     HEXISEQ_CHECK(static_cast<int>(send_counts.size()) == size_ &&
                       static_cast<int>(recv_counts.size()) == size_,
                   "Alltoallv count arrays must have one entry per rank");
+    const BlockingCall call;
     auto fits = [](std::span<const int64_t> values) {
       return std::all_of(values.begin(), values.end(), [](int64_t v) { return v <= INT_MAX; });
     };
@@ -129,9 +160,11 @@ class MpiComm final : public Comm {
   }
 
   void AllreduceSum(std::span<double> data) override {
+    const BlockingCall call;
     MPI_Allreduce(MPI_IN_PLACE, data.data(), CheckedInt(data.size()), MPI_DOUBLE, MPI_SUM, comm_);
   }
   void AllreduceSum(std::span<float> data) override {
+    const BlockingCall call;
     MPI_Allreduce(MPI_IN_PLACE, data.data(), CheckedInt(data.size()), MPI_FLOAT, MPI_SUM, comm_);
   }
   RequestPtr IallreduceSum(std::span<float> data) override {
@@ -141,9 +174,13 @@ class MpiComm final : public Comm {
     return request;
   }
   void Allgather(const void* send, size_t bytes, void* recv) override {
+    const BlockingCall call;
     MPI_Allgather(send, CheckedInt(bytes), MPI_BYTE, recv, CheckedInt(bytes), MPI_BYTE, comm_);
   }
-  void Barrier() override { MPI_Barrier(comm_); }
+  void Barrier() override {
+    const BlockingCall call;
+    MPI_Barrier(comm_);
+  }
 
   std::unique_ptr<Comm> Split(int color, int key) override {
     MPI_Comm sub = MPI_COMM_NULL;
@@ -194,6 +231,19 @@ constexpr int kFinalCountTag = 2;
 constexpr double kMaxBeatSeconds = 1.0;
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
 constexpr const char* kWatchdogThreadName = "hexiseq-watch";  // in /proc/PID/task/*/comm
+constexpr size_t kPhaseChars = 32;  // a phase name in a heartbeat, NUL-terminated
+constexpr const char* kStallEnv = "HEXISEQ_TEST_STALL";
+
+constexpr int kNeverSentTag = 3;  // the test hook's receive, which nothing matches
+
+// One heartbeat: how many the sender has sent, and at that moment its progress (phases entered
+// plus communication completed), whether it was waiting inside a blocking call, and its phase.
+struct Heartbeat {
+  int64_t count = 0;
+  int64_t progress = 0;
+  int64_t waiting = 0;
+  char phase[kPhaseChars] = {};
+};
 
 double SecondsSince(WatchdogClock::time_point start) {
   return std::chrono::duration<double>(WatchdogClock::now() - start).count();
@@ -206,14 +256,30 @@ struct MpiWatchdog::State {
   MPI_Comm comm = MPI_COMM_NULL;
   int rank = 0, size = 1;
   double beat_seconds = kMaxBeatSeconds;
-  std::vector<int64_t> inbox, outbox;        // buffers of the posted receive / last send
+  std::vector<Heartbeat> inbox, outbox;      // buffers of the posted receive / last send
   std::vector<MPI_Request> receives, sends;  // posted receive, last send
   std::vector<int64_t> received, sent;       // heartbeats so far
   std::vector<WatchdogClock::time_point> last_heard;
   WatchdogClock::time_point last_beat;
+  // Every rank's latest progress and phase (this rank's own from the main thread), and when any
+  // of them last changed.
+  std::vector<int64_t> progress;
+  std::vector<int64_t> waiting;
+  std::vector<std::string> phase;
+  WatchdogClock::time_point last_progress;
 
   void PostReceive(int peer) {
-    MPI_Irecv(&inbox[peer], 1, MPI_INT64_T, peer, kHeartbeatTag, comm, &receives[peer]);
+    MPI_Irecv(&inbox[peer], sizeof(Heartbeat), MPI_BYTE, peer, kHeartbeatTag, comm,
+              &receives[peer]);
+  }
+  void Observe(int rank, int64_t rank_progress, int64_t rank_waiting, const char* rank_phase) {
+    if (rank_progress != progress[rank]) last_progress = WatchdogClock::now();
+    progress[rank] = rank_progress;
+    waiting[rank] = rank_waiting;
+    phase[rank] = rank_phase;
+  }
+  bool AllWaiting() const {
+    return std::all_of(waiting.begin(), waiting.end(), [](int64_t w) { return w != 0; });
   }
   // Completes the heartbeats that arrived from `peer`, reposting after each while `more` says so.
   void TakeHeartbeats(int peer, int64_t expected) {
@@ -223,6 +289,8 @@ struct MpiWatchdog::State {
       if (!arrived) return;
       ++received[peer];
       last_heard[peer] = WatchdogClock::now();
+      inbox[peer].phase[kPhaseChars - 1] = '\0';
+      Observe(peer, inbox[peer].progress, inbox[peer].waiting, inbox[peer].phase);
       if (received[peer] < expected) PostReceive(peer);
     }
   }
@@ -230,8 +298,11 @@ struct MpiWatchdog::State {
     int idle = 1;
     if (sends[peer] != MPI_REQUEST_NULL) MPI_Test(&sends[peer], &idle, MPI_STATUS_IGNORE);
     if (!idle) return;  // the last heartbeat is still in flight
-    outbox[peer] = ++sent[peer];
-    MPI_Isend(&outbox[peer], 1, MPI_INT64_T, peer, kHeartbeatTag, comm, &sends[peer]);
+    outbox[peer].count = ++sent[peer];
+    outbox[peer].progress = progress[rank];
+    outbox[peer].waiting = waiting[rank];
+    std::snprintf(outbox[peer].phase, kPhaseChars, "%s", phase[rank].c_str());
+    MPI_Isend(&outbox[peer], sizeof(Heartbeat), MPI_BYTE, peer, kHeartbeatTag, comm, &sends[peer]);
   }
 };
 
@@ -240,6 +311,13 @@ MpiWatchdog::MpiWatchdog(std::string what, double timeout_seconds)
   State& state = *state_;
   MPI_Comm_size(MPI_COMM_WORLD, &state.size);
   MPI_Comm_rank(MPI_COMM_WORLD, &state.rank);
+  if (const char* stall = std::getenv(kStallEnv)) {  // test hook: "RANK:PHASE"
+    const char* colon = std::strchr(stall, ':');
+    if (colon) {
+      stall_rank_ = std::atoi(stall);
+      stall_phase_ = colon + 1;
+    }
+  }
   int level = MPI_THREAD_SINGLE;
   MPI_Query_thread(&level);
   if (state.size == 1) return;  // nobody to wait for
@@ -253,8 +331,12 @@ MpiWatchdog::MpiWatchdog(std::string what, double timeout_seconds)
   }
   MPI_Comm_dup(MPI_COMM_WORLD, &state.comm);
   state.beat_seconds = std::min(kMaxBeatSeconds, timeout_seconds_ / 4);
-  state.inbox.assign(state.size, 0);
-  state.outbox.assign(state.size, 0);
+  state.inbox.assign(state.size, Heartbeat{});
+  state.outbox.assign(state.size, Heartbeat{});
+  state.progress.assign(state.size, 0);
+  state.waiting.assign(state.size, 0);
+  state.phase.assign(state.size, "start");
+  state.last_progress = WatchdogClock::now();
   state.receives.assign(state.size, MPI_REQUEST_NULL);
   state.sends.assign(state.size, MPI_REQUEST_NULL);
   state.received.assign(state.size, 0);
@@ -271,6 +353,8 @@ void MpiWatchdog::Run() {
   State& state = *state_;
   constexpr int64_t kUnbounded = INT64_MAX;
   while (!stop_.load()) {
+    state.Observe(state.rank, progress_.load() + Activity().completed.load(),
+                  Activity().inside.load() > 0, phase_.load());
     const bool beat = SecondsSince(state.last_beat) >= state.beat_seconds;
     if (beat) state.last_beat = WatchdogClock::now();
     for (int peer = 0; peer < state.size; ++peer) {
@@ -284,18 +368,79 @@ void MpiWatchdog::Run() {
                       "no heartbeat from rank %d for %.0f s: it is stopped, "
                       "hung or dead",
                       peer, silent);
-        Fail(text);
+        Fail(text, "check that process, its node and its network");
       }
     }
+    // Every peer is alive (the rule above); every rank waiting in communication with no progress
+    // anywhere is a deadlock (a rank computing is not waiting, however long it takes).
+    const double still = SecondsSince(state.last_progress);
+    if (still > timeout_seconds_ && state.AllWaiting())
+      Fail(DescribeStall(still),
+           "the ranks behind are stuck in that phase while the others wait for them; raise "
+           "--timeout if a phase legitimately runs longer");
     std::this_thread::sleep_for(kPollInterval);
   }
 }
 
-void MpiWatchdog::Fail(const std::string& message) {
+void MpiWatchdog::SetPhase(const char* phase) {
+  phase_.store(phase);
+  progress_.fetch_add(1);
+  if (state_->rank != stall_rank_ || stall_phase_ != phase) return;
   std::fprintf(stderr,
-               "hexiseq: %s: rank %d (phase %s): %s (rule: --timeout %g s; hint: check that "
-               "process, its node and its network; exiting)\n",
-               what_.c_str(), state_->rank, phase_.load(), message.c_str(), timeout_seconds_);
+               "hexiseq: %s: rank %d waits forever in phase %s for a message nobody sends (%s, a "
+               "test hook)\n",
+               what_.c_str(), state_->rank, phase, kStallEnv);
+  std::fflush(stderr);
+  const BlockingCall call;
+  char never = 0;
+  MPI_Recv(&never, 1, MPI_BYTE, 0, kNeverSentTag, MPI_COMM_SELF, MPI_STATUS_IGNORE);
+}
+
+namespace {
+
+// "ranks 1, 3" for a list of ranks.
+std::string RankList(const std::vector<int>& ranks) {
+  std::string list = ranks.size() > 1 ? "ranks " : "rank ";
+  for (size_t index = 0; index < ranks.size(); ++index)
+    list += (index ? ", " : "") + std::to_string(ranks[index]);
+  return list;
+}
+
+}  // namespace
+
+// "no progress for 5 s while every rank is alive and waiting in communication (a deadlock):
+// rank 1 is behind, in phase forward; ranks 0, 2, 3 wait in phase backward": the ranks with the
+// least progress are behind; the others are grouped by phase.
+std::string MpiWatchdog::DescribeStall(double seconds) const {
+  const State& state = *state_;
+  const int64_t least = *std::min_element(state.progress.begin(), state.progress.end());
+  std::map<std::string, std::vector<int>> behind, waiting;  // by phase
+  for (int rank = 0; rank < state.size; ++rank)
+    (state.progress[rank] == least ? behind : waiting)[state.phase[rank]].push_back(rank);
+  char head[128];
+  std::snprintf(head, sizeof head,
+                "no progress for %.0f s while every rank is alive and waiting in communication "
+                "(a deadlock): ",
+                seconds);
+  std::string text = head;
+  bool first = true;
+  for (const auto* groups : {&behind, &waiting})
+    for (const auto& [phase, ranks] : *groups) {
+      const bool plural = ranks.size() > 1;
+      const char* verb = groups == &behind
+                             ? (plural ? " are behind, in phase " : " is behind, in phase ")
+                             : (plural ? " wait in phase " : " waits in phase ");
+      text += (first ? "" : "; ") + RankList(ranks) + verb + phase;
+      first = false;
+    }
+  if (waiting.empty()) text += " (every rank alike)";
+  return text;
+}
+
+void MpiWatchdog::Fail(const std::string& message, const std::string& hint) {
+  std::fprintf(
+      stderr, "hexiseq: %s: rank %d (phase %s): %s (rule: --timeout %g s; hint: %s; exiting)\n",
+      what_.c_str(), state_->rank, phase_.load(), message.c_str(), timeout_seconds_, hint.c_str());
   std::fflush(stderr);
   // A short grace so that every live rank reports before mpirun ends the job.
   std::this_thread::sleep_for(std::chrono::duration<double>(2 * state_->beat_seconds));
@@ -334,7 +479,7 @@ MpiWatchdog::~MpiWatchdog() {
         char text[160];
         std::snprintf(text, sizeof text, "rank %d did not finish within %.0f s", peer,
                       timeout_seconds_);
-        Fail(text);
+        Fail(text, "check that process, its node and its network");
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }

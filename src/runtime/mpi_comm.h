@@ -33,13 +33,22 @@ class MpiSession {
 std::unique_ptr<Comm> MpiWorldComm();
 
 // A watchdog over MPI_COMM_WORLD, as NCCL's: a thread sends a heartbeat to every peer about once a
-// second on a private communicator and watches theirs. When a peer has sent none for
-// `timeout_seconds` (it is stopped, hung in the kernel, or dead), the watchdog prints
-// "hexiseq: <what>: rank R (phase P): no heartbeat from rank Q for T s ..." on stderr and ends
-// the process with exit code 1 (after a short grace, so that every live rank can say it), and
-// mpirun then ends the job. A long computation is no stall: the peer's watchdog thread keeps
-// beating. Construction and destruction are collective over MPI_COMM_WORLD; the destructor stops
-// the thread and drains every heartbeat (also bounded by the timeout).
+// second on a private communicator and watches theirs. Each heartbeat carries the sender's phase
+// and its progress (how many times SetPhase was called). Two rules, each ending the process with
+// exit code 1 after a message on stderr (and a short grace, so that every rank can say it; mpirun
+// then ends the job):
+//  - a peer sent no heartbeat for `timeout_seconds` (it is stopped, hung in the kernel, or dead):
+//    "hexiseq: <what>: rank R (phase P): no heartbeat from rank Q for T s ...";
+//  - every rank is alive and waiting inside a blocking communication call, and none made progress
+//    (entered a phase or completed a call) for `timeout_seconds`: a deadlock. "... no progress for
+//    T s while every rank is alive and waiting in communication (a deadlock): rank Q is behind, in
+//    phase X; ranks ... wait in phase Y", the ranks grouped by phase and progress, the least
+//    progressed named behind. A rank that computes is not waiting, however long it takes.
+// Construction and destruction are collective over MPI_COMM_WORLD; the destructor stops the
+// thread and drains every heartbeat (also bounded by the timeout).
+// Test hook: the environment variable HEXISEQ_TEST_STALL=RANK:PHASE makes that rank wait forever
+// for a message nobody sends when it enters that phase (its watchdog keeps beating), so the
+// others block in their next collective: the deadlock of the second rule.
 // REQUIRES: MPI initialized with MPI_THREAD_MULTIPLE (MpiSession does; otherwise the watchdog is
 // inactive and says so on stderr). The phase is set by the main thread; thread-safe.
 class MpiWatchdog {
@@ -49,18 +58,23 @@ class MpiWatchdog {
   MpiWatchdog(const MpiWatchdog&) = delete;
   MpiWatchdog& operator=(const MpiWatchdog&) = delete;
 
-  // Names what the main thread is doing now, for the timeout message (a string literal).
-  void SetPhase(const char* phase) { phase_.store(phase); }
+  // Names what the main thread is doing now (a string literal) and counts as progress.
+  void SetPhase(const char* phase);
 
   struct State;
 
  private:
   void Run();
-  void Fail(const std::string& message);
+  // Ends the process after "hexiseq: <what>: rank R (phase P): <message> (rule: --timeout; hint)".
+  void Fail(const std::string& message, const std::string& hint);
+  std::string DescribeStall(double seconds) const;
 
   std::string what_;
   double timeout_seconds_;
   std::atomic<const char*> phase_{"start"};
+  std::atomic<int64_t> progress_{0};
+  int stall_rank_ = -1;      // HEXISEQ_TEST_STALL
+  std::string stall_phase_;  // HEXISEQ_TEST_STALL
   std::atomic<bool> stop_{false};
   std::unique_ptr<State> state_;
   std::thread thread_;

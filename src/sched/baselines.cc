@@ -85,7 +85,8 @@ std::string UspConfig(int cp, int hp, bool hp_in_node) {
 
 // The best symmetric plan (ring, ulysses or usp) over the given ranks.
 StrategyResult BestUsp(const CostModel& model, const std::vector<int>& active,
-                       const std::vector<int>& idle, const std::string& strategy) {
+                       const std::vector<int>& idle, const std::string& strategy,
+                       const Deadline& deadline) {
   const int n = static_cast<int>(active.size());
   const int heads = model.model().heads;
   StrategyResult best;
@@ -95,6 +96,7 @@ StrategyResult BestUsp(const CostModel& model, const std::vector<int>& active,
     const int cp = n / hp;
     for (bool hp_in_node : {true, false}) {
       if ((hp == 1 || cp == 1) && !hp_in_node) continue;  // placements coincide
+      if (deadline.Expired()) return have ? best : NotScored(strategy, deadline);
       StrategyResult r = Score(model, UspPlan(model, active, idle, cp, hp, hp_in_node, strategy),
                                UspConfig(cp, hp, hp_in_node));
       if (!have || Better(r, best)) {
@@ -127,7 +129,28 @@ std::vector<int> Iota(int n) {
   return v;
 }
 
+// The best USP factorisation of a replica, as `strategy`, checking `deadline` before each.
+OneReplicaStrategy UspWithin(const std::string& strategy, const Deadline& deadline) {
+  return [strategy, &deadline](const CostModel& replica) {
+    return BestUsp(replica, Iota(replica.cluster().num_ranks()), {}, strategy, deadline);
+  };
+}
+
 }  // namespace
+
+StrategyResult NotScored(const std::string& strategy, const Deadline& deadline) {
+  StrategyResult result = NotApplicable(strategy, NotScoredReason(deadline));
+  result.timed_out = true;
+  return result;
+}
+
+StrategyResult AsSearchResult(StrategyResult baseline, const std::string& strategy) {
+  baseline.config = "baseline " + baseline.strategy +
+                    (baseline.config.empty() ? "" : " (" + baseline.config + ")");
+  baseline.strategy = baseline.plan.strategy = strategy;
+  baseline.plan.config = baseline.config;
+  return baseline;
+}
 
 TrainingOption OptionOf(const StrategyResult& result) {
   TrainingOption option;
@@ -332,22 +355,25 @@ StrategyResult UlyssesOneReplica(const CostModel& model) {
 }
 
 StrategyResult UspOneReplica(const CostModel& model) {
-  return BestUsp(model, Iota(model.cluster().num_ranks()), {}, "usp");
+  return BestUsp(model, Iota(model.cluster().num_ranks()), {}, "usp", Deadline{});
 }
 
-StrategyResult RingBaseline(const CostModel& model) {
-  return BestDataParallel(model, Iota(model.cluster().num_ranks()), "ring", RingOneReplica);
+StrategyResult RingBaseline(const CostModel& model, const Deadline& deadline) {
+  return BestDataParallel(model, Iota(model.cluster().num_ranks()), "ring", RingOneReplica,
+                          deadline);
 }
 
-StrategyResult UlyssesBaseline(const CostModel& model) {
-  return BestDataParallel(model, Iota(model.cluster().num_ranks()), "ulysses", UlyssesOneReplica);
+StrategyResult UlyssesBaseline(const CostModel& model, const Deadline& deadline) {
+  return BestDataParallel(model, Iota(model.cluster().num_ranks()), "ulysses", UlyssesOneReplica,
+                          deadline);
 }
 
-StrategyResult UspBaseline(const CostModel& model) {
-  return BestDataParallel(model, Iota(model.cluster().num_ranks()), "usp", UspOneReplica);
+StrategyResult UspBaseline(const CostModel& model, const Deadline& deadline) {
+  return BestDataParallel(model, Iota(model.cluster().num_ranks()), "usp",
+                          UspWithin("usp", deadline), deadline);
 }
 
-StrategyResult HeteroRingBaseline(const CostModel& model) {
+StrategyResult HeteroRingBaseline(const CostModel& model, const Deadline& deadline) {
   const Cluster& c = model.cluster();
   const int n = c.num_ranks();
   std::vector<double> weights(n);
@@ -362,7 +388,7 @@ StrategyResult HeteroRingBaseline(const CostModel& model) {
   StrategyResult best = Score(model, build(weights), "speed-proportional");
   // Memory cap: shrink the shards of ranks over capacity (activations grow with tokens) and
   // hand the rest to the others; a few rounds converge.
-  for (int round = 0; round < 8 && !best.cost.feasible; ++round) {
+  for (int round = 0; round < 8 && !best.cost.feasible && !deadline.Expired(); ++round) {
     bool changed = false;
     for (int r = 0; r < n; ++r) {
       const RankCost& rc = best.cost.ranks[r];
@@ -382,7 +408,7 @@ StrategyResult HeteroRingBaseline(const CostModel& model) {
   return best;
 }
 
-StrategyResult SubsetBaseline(const CostModel& model) {
+StrategyResult SubsetBaseline(const CostModel& model, const Deadline& deadline) {
   const Cluster& c = model.cluster();
   // Device types by effective speed, fastest first.
   std::map<std::string, double> speed;
@@ -393,12 +419,10 @@ StrategyResult SubsetBaseline(const CostModel& model) {
   std::sort(types.begin(), types.end());
   if (types.size() < 2)
     return NotApplicable("subset", "one device type: the subset is the whole cluster");
-  const OneReplicaStrategy usp = [](const CostModel& replica) {
-    return BestUsp(replica, Iota(replica.cluster().num_ranks()), {}, "subset");
-  };
+  const OneReplicaStrategy usp = UspWithin("subset", deadline);
   StrategyResult best;
   bool have = false;
-  for (size_t keep = 1; keep < types.size(); ++keep) {
+  for (size_t keep = 1; keep < types.size() && !deadline.Expired(); ++keep) {
     std::vector<int> active;  // the kept types; the rest are left out
     for (int r = 0; r < c.num_ranks(); ++r)
       for (size_t t = 0; t < keep; ++t)
@@ -411,8 +435,9 @@ StrategyResult SubsetBaseline(const CostModel& model) {
       if (!std::binary_search(active.begin(), active.end(), rank)) rest.push_back(rank);
     // With the rest left out (no state, no sync; replicas possible) or, one replica, with the
     // rest idle: they then hold a share of the ZeRO-sharded state and take part in the sync.
-    std::vector<StrategyResult> candidates = {BestDataParallel(model, active, "subset", usp),
-                                              BestUsp(model, active, rest, "subset")};
+    std::vector<StrategyResult> candidates = {
+        BestDataParallel(model, active, "subset", usp, deadline),
+        BestUsp(model, active, rest, "subset", deadline)};
     candidates.back().config += " rest-idle";
     for (StrategyResult& r : candidates) {
       if (!r.applicable) continue;
@@ -424,6 +449,7 @@ StrategyResult SubsetBaseline(const CostModel& model) {
       }
     }
   }
+  if (!have && deadline.CutShort()) return NotScored("subset", deadline);
   if (!have) return NotApplicable("subset", "no symmetric plan fits the heads on any subset");
   return best;
 }
@@ -454,13 +480,16 @@ StrategyResult ProportionalPlan(const CostModel& model) {
   return Score(model, std::move(plan), "groups=nodes proportional");
 }
 
-std::vector<StrategyResult> AllBaselines(const CostModel& model) {
+std::vector<StrategyResult> AllBaselines(const CostModel& model, const Deadline& deadline) {
+  using Baseline = StrategyResult (*)(const CostModel&, const Deadline&);
+  const std::pair<const char*, Baseline> baselines[] = {{"ring", RingBaseline},
+                                                        {"ulysses", UlyssesBaseline},
+                                                        {"usp", UspBaseline},
+                                                        {"hetero-ring", HeteroRingBaseline},
+                                                        {"subset", SubsetBaseline}};
   std::vector<StrategyResult> out;
-  out.push_back(RingBaseline(model));
-  out.push_back(UlyssesBaseline(model));
-  out.push_back(UspBaseline(model));
-  out.push_back(HeteroRingBaseline(model));
-  out.push_back(SubsetBaseline(model));
+  for (const auto& [name, baseline] : baselines)
+    out.push_back(deadline.Expired() ? NotScored(name, deadline) : baseline(model, deadline));
   return out;
 }
 

@@ -19,6 +19,7 @@
 
 #include "cost/cost_model.h"
 #include "plan/plan.h"
+#include "sched/deadline.h"
 
 namespace hexiseq {
 
@@ -44,6 +45,9 @@ struct StrategyResult {
   // The training configurations weighed, best first (the first is the plan's); empty when the
   // strategy had none to choose.
   std::vector<TrainingOption> options_considered;
+  // The deadline passed before the strategy scored any plan (then not applicable; `reason` is
+  // NotScoredReason).
+  bool timed_out = false;
   bool feasible() const { return applicable && cost.feasible; }
 };
 
@@ -55,15 +59,24 @@ bool Better(const StrategyResult& a, const StrategyResult& b);
 
 // ring, ulysses and usp try every homogeneous data-parallel degree (data_parallel.h); subset
 // leaves the slower types out (plan.left_out) and tries every degree on the rest; hetero-ring is
-// one replica.
-StrategyResult RingBaseline(const CostModel& model);
-StrategyResult UlyssesBaseline(const CostModel& model);
-StrategyResult UspBaseline(const CostModel& model);
-StrategyResult HeteroRingBaseline(const CostModel& model);
-StrategyResult SubsetBaseline(const CostModel& model);
+// one replica. Each checks `deadline` before each degree, factorisation, subset or memory-cap
+// round and returns the best scored before it passed (NotScored when none was).
+StrategyResult RingBaseline(const CostModel& model, const Deadline& deadline = {});
+StrategyResult UlyssesBaseline(const CostModel& model, const Deadline& deadline = {});
+StrategyResult UspBaseline(const CostModel& model, const Deadline& deadline = {});
+StrategyResult HeteroRingBaseline(const CostModel& model, const Deadline& deadline = {});
+StrategyResult SubsetBaseline(const CostModel& model, const Deadline& deadline = {});
 StrategyResult ProportionalPlan(const CostModel& model);  // strategy "hexiseq" until the scheduler
-// ring, ulysses, usp, hetero-ring, subset, in that order.
-std::vector<StrategyResult> AllBaselines(const CostModel& model);
+// ring, ulysses, usp, hetero-ring, subset, in that order (NotScored for those the deadline
+// stopped before they started).
+std::vector<StrategyResult> AllBaselines(const CostModel& model, const Deadline& deadline = {});
+
+// The result of a strategy that the deadline stopped before it scored a plan: not applicable,
+// timed_out, reason NotScoredReason(deadline).
+StrategyResult NotScored(const std::string& strategy, const Deadline& deadline);
+// A baseline's plan as the result of search `strategy` (which returns a baseline when nothing it
+// found is better): config "baseline <name> (<config>)".
+StrategyResult AsSearchResult(StrategyResult baseline, const std::string& strategy);
 
 // ---- Building blocks (also used by the scheduler).
 

@@ -63,18 +63,21 @@ StrategyResult DataParallelAt(const CostModel& world, const std::vector<int>& ra
 }
 
 StrategyResult BestDataParallel(const CostModel& world, const std::vector<int>& ranks,
-                                const std::string& strategy, const OneReplicaStrategy& one) {
+                                const std::string& strategy, const OneReplicaStrategy& one,
+                                const Deadline& deadline) {
   const int n = static_cast<int>(ranks.size());
   StrategyResult best;
   bool have = false;
   for (int degree = 1; degree <= std::min(n, world.workload().batch); ++degree) {
     if (n % degree != 0) continue;
+    if (deadline.Expired()) break;
     StrategyResult result = DataParallelAt(world, ranks, degree, strategy, one);
     if (!have || Better(result, best)) {
       best = std::move(result);
       have = true;
     }
   }
+  if (!have) return NotScored(strategy, deadline);
   return best;
 }
 

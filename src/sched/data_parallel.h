@@ -25,9 +25,11 @@ std::vector<int> EvenBatchSplit(int batch, int replicas);
 
 // The best of every data-parallel degree over `ranks` (sorted world ranks; the other world
 // ranks are left out), by Better(). Config "dp=<d> <inner config>" (just the inner config at
-// d = 1). Not applicable when no degree is.
+// d = 1). Not applicable when no degree is. Degrees that start after `deadline` passed are not
+// scored (NotScored when none was).
 StrategyResult BestDataParallel(const CostModel& world, const std::vector<int>& ranks,
-                                const std::string& strategy, const OneReplicaStrategy& one);
+                                const std::string& strategy, const OneReplicaStrategy& one,
+                                const Deadline& deadline = {});
 
 // Degree d exactly (REQUIRES: d divides ranks.size(), 1 <= d <= batch).
 StrategyResult DataParallelAt(const CostModel& world, const std::vector<int>& ranks, int degree,

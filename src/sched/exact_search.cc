@@ -439,7 +439,7 @@ namespace sched_internal {
 
 ExactDomainResult ExactDomainOptimum(const CostModel& model, const ScheduleOptions& options,
                                      const ExactGrid& grid) {
-  Clock clock(options.time_limit_seconds);
+  const Clock& clock = options.deadline;
   const std::vector<Structure> structures = ExactStructures(model.cluster());
   Incumbent best;
   ExactDomainResult result;

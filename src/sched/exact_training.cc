@@ -173,12 +173,13 @@ void RefineReplica(ReplicaOptimum& optimum, const Clock& clock) {
   std::vector<Layout> starts = {optimum.domain.layout};
   starts.insert(starts.end(), optimum.domain.runners_up.begin(), optimum.domain.runners_up.end());
   for (Layout& start : StructureStarts(model, clock)) starts.push_back(std::move(start));
-  for (const StrategyResult& baseline : AllBaselines(model)) {
+  for (const StrategyResult& baseline : AllBaselines(model, clock)) {
     Layout layout;
     if (baseline.applicable && LayoutFromPlan(baseline.plan, layout))
       starts.push_back(std::move(layout));
   }
   for (Layout& start : starts) {
+    if (clock.Expired()) break;
     PlanState state(model, ClassSearch(model, std::move(start), kExactClassEvaluations, clock));
     Descend(state, kExactDescentTrials, [&] { return clock.Expired(); });
     const PlanCost cost = model.Evaluate(BuildPlan(model, state.layout(), "exact", ""));
@@ -282,7 +283,7 @@ std::optional<Plan> SnapPlanToExactDomain(const CostModel& model, const Plan& pl
 
 ExactTrainingResult ExactTrainingOptimum(const CostModel& model, const ScheduleOptions& options,
                                          const ExactGrid& grid) {
-  const Clock clock(options.time_limit_seconds);
+  const Clock& clock = options.deadline;
   TrainingSearch search(model, options, grid);
   search.Enumerate(clock);
   return search.Result();
@@ -297,23 +298,25 @@ Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions
     return NotSupported("--strategy exact: the cluster has " + std::to_string(n) +
                         " ranks; the exhaustive search supports at most " +
                         std::to_string(kExactMaxRanks) + " (hint: use --strategy hexiseq)");
-  const Clock clock(options.time_limit_seconds);
+  const Clock& clock = options.deadline;
   TrainingSearch search(model, options, ExactGrid{});
   search.Enumerate(clock);
   search.Refine(clock);
   const ExactTrainingResult training = search.Result();
   std::optional<StrategyResult> best;
   if (training.found) best = training.best;
-  for (const StrategyResult& baseline : AllBaselines(model))  // ... and the baselines' own plans
+  for (const StrategyResult& baseline :
+       AllBaselines(model, clock))  // ... and the baselines' own plans
     if (baseline.applicable && baseline.feasible() && (!best || Better(baseline, *best))) {
       best = baseline;
       best->config = "baseline " + baseline.strategy +
                      (baseline.config.empty() ? "" : " (" + baseline.config + ")");
     }
   if (options.progress) options.progress(1);
+  if (!best && clock.CutShort()) return NotScored("exact", clock);
   if (!best || !best->feasible())
     return Infeasible(options.explain_infeasible
-                          ? ExplainInfeasible(model)
+                          ? ExplainInfeasible(model, clock)
                           : "no plan of the exact search's domain fits memory" +
                                 (best ? ": " + best->cost.infeasible_reason : std::string()));
   if (!training.complete) best->config += " (time limit reached)";

@@ -59,13 +59,6 @@ double GroupRate(const CostModel& model, const std::vector<int>& ranks,
 
 }  // namespace
 
-Clock::Clock(double limit_seconds)
-    : start_(std::chrono::steady_clock::now()), limit_(limit_seconds) {}
-double Clock::Elapsed() const {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-}
-bool Clock::Expired() const { return limit_ > 0 && Elapsed() >= limit_; }
-
 void AppendIdleGroup(const Structure& structure, Layout& layout) {
   if (structure.idle.empty()) return;
   GroupLayout g;
@@ -590,7 +583,7 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
                            bool rank_search, const std::vector<StrategyResult>* scored_baselines) {
   const bool small =
       rank_search && model.cluster().num_ranks() <= kStructureSearchUpTo;  // rank level
-  Clock clock(options.time_limit_seconds);
+  const Clock& clock = options.deadline;
   const Cluster& cluster = model.cluster();
   const int heads = model.model().heads;
   auto report = [&](double f) {
@@ -600,8 +593,8 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
 
   // ---- Baselines (seeds and the floor the result must beat).
   std::vector<StrategyResult> baselines =
-      scored_baselines ? *scored_baselines : AllBaselines(model);
-  baselines.push_back(ProportionalPlan(model));
+      scored_baselines ? *scored_baselines : AllBaselines(model, clock);
+  if (!clock.Expired()) baselines.push_back(ProportionalPlan(model));
   report(0.05);
 
   // ---- 1. Topology.
@@ -649,7 +642,7 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
     report(0.1 + 0.3 * (pass + 1) / passes);
   }
   // Ring order: kinds by NIC bandwidth (fast links next to each other), then reversed.
-  {
+  if (!clock.Expired()) {
     std::vector<int> by_nic = kind_order;
     std::stable_sort(by_nic.begin(), by_nic.end(), [&](int a, int b) {
       return cluster.kinds[a].nic_bytes_per_second > cluster.kinds[b].nic_bytes_per_second;
@@ -662,7 +655,7 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
   }
   // Merged domains across kinds: consecutive domains in blocks of 2 and 4, and one group of all.
   for (int block : {2, 4}) {
-    if (static_cast<int>(domains.size()) < block) break;
+    if (static_cast<int>(domains.size()) < block || clock.Expired()) break;
     Structure s;
     for (size_t start = 0; start < domains.size(); start += block) {
       std::vector<int> ranks;
@@ -674,7 +667,7 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
                     [&](const auto& g) { return static_cast<int>(g.size()) <= heads; }))
       pool.Add(s, "groups=merged" + std::to_string(block) + " " + SizesName(s));
   }
-  if (cluster.num_ranks() <= heads) {
+  if (cluster.num_ranks() <= heads && !clock.Expired()) {
     Structure all;
     all.groups.emplace_back();
     for (int rank = 0; rank < cluster.num_ranks(); ++rank) all.groups[0].push_back(rank);
@@ -682,7 +675,7 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
   }
   // Baselines that have the layout form join the pool as seeds.
   for (const StrategyResult& b : baselines) {
-    if (!b.applicable) continue;
+    if (!b.applicable || clock.Expired()) continue;
     Layout layout;
     if (LayoutFromPlan(b.plan, layout))
       pool.Push("baseline " + b.strategy + (b.config.empty() ? "" : " " + b.config),
@@ -690,7 +683,7 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
   }
   // Rank-level structure search on small clusters, from the best few distinct structures: finds
   // groups that mix device types, ranks left idle one at a time, uneven group sizes.
-  if (!quick && small) {
+  if (!quick && small && !clock.Expired()) {
     for (int k = 2; k < cluster.num_ranks(); ++k) {
       Structure s = BalancedGroups(cluster, k, heads);
       if (!s.groups.empty()) pool.Add(s, "balanced-mix " + RanksName(s));
@@ -747,6 +740,7 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
       }
     }
   }
+  if (clock.Expired()) top.resize(1);  // past the deadline only the best candidate is refined
   int num_groups = 0;
   for (const Scored* s : top) num_groups = std::max<int>(num_groups, s->layout.size());
   const int64_t trials =
@@ -833,8 +827,7 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
         (!out.best_all_ranks || Better(b, *out.best_all_ranks)))
       out.best_all_ranks = b;
     if (!have || Better(b, out.best)) {
-      out.best = b;
-      out.best.config = "baseline " + b.strategy + (b.config.empty() ? "" : " (" + b.config + ")");
+      out.best = AsSearchResult(b, "hexiseq");
       have = true;
     }
   }
@@ -882,16 +875,12 @@ Result<StrategyResult> ScheduleWithBaselines(const CostModel& model, const Sched
                            ": must be >= 1");
   if (options.threads < 1)
     return InvalidArgument("--threads = " + std::to_string(options.threads) + ": must be >= 1");
-  if (options.time_limit_seconds < 0)
-    return InvalidArgument("--time-limit = " + std::to_string(options.time_limit_seconds) +
-                           ": must be >= 0 (0 means no limit)");
-  const Clock clock(options.time_limit_seconds);
   SearchOutcome out = RunScheduler(model, options, false, true, baselines);
-  out.best = ChooseWithReplicas(out, SearchReplicas(model, options, clock));
+  out.best = ChooseWithReplicas(out, SearchReplicas(model, options, options.deadline));
   if (!out.best.cost.feasible) {
     if (!options.explain_infeasible)
       return Infeasible("infeasible: " + out.best.cost.infeasible_reason);
-    return Infeasible(ExplainInfeasible(model));
+    return Infeasible(ExplainInfeasible(model, options.deadline));
   }
   return out.best;
 }

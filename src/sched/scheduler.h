@@ -13,6 +13,7 @@
 
 #include "cost/cost_model.h"
 #include "sched/baselines.h"
+#include "sched/deadline.h"
 #include "spec/error.h"
 
 namespace hexiseq {
@@ -27,9 +28,11 @@ struct CandidateRecord {
 };
 
 struct ScheduleOptions {
-  // Wall-clock limit in seconds (0: none). When reached, refinement stops and the best plan found
-  // so far is returned; results are then no longer guaranteed byte-identical between runs.
-  double time_limit_seconds = 0;
+  // The command's wall-clock deadline (deadline.h; default: none). Once it passes, every search,
+  // baseline and comparison under these options stops at its next step and the best plan found
+  // so far is returned (deadline.CutShort() then says so); results are then no longer guaranteed
+  // byte-identical between runs.
+  Deadline deadline;
   // Worker threads for refining the retained candidates (each candidate is refined alone and the
   // winner chosen in a fixed order, so the result does not depend on the thread count).
   int threads = 1;
@@ -80,8 +83,9 @@ Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions
 // smallest change that makes the scheduler find a plan that fits: "with --recompute full it
 // fits", "with --zero 3 it fits", "needs about 11 GiB more per A100-40G", "a shorter --seq of at
 // most 768K fits" (each found by re-running the scheduler on the modified workload; the sequence
-// length by bisection). Returns "" when the workload fits.
-std::string ExplainInfeasible(const CostModel& model);
+// length by bisection). Returns "" when the workload fits. Once `deadline` passes no further
+// change is tried, and the message says so.
+std::string ExplainInfeasible(const CostModel& model, const Deadline& deadline = {});
 // The same, for a search that chose the settings `options` marks auto: the workload is explained
 // at the auto settings that need the least memory (ZeRO-3, full recompute), and a setting the
 // planner already chose is never suggested.

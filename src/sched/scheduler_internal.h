@@ -18,16 +18,8 @@ struct Structure {
   std::vector<int> idle;
 };
 
-class Clock {
- public:
-  explicit Clock(double limit_seconds);
-  double Elapsed() const;
-  bool Expired() const;  // never when the limit is 0
-
- private:
-  std::chrono::steady_clock::time_point start_;
-  double limit_;
-};
+// The searches' name for the command's deadline (ScheduleOptions::deadline).
+using Clock = Deadline;
 
 // Appends the structure's idle ranks, if any, as one group with no tokens and no heads.
 void AppendIdleGroup(const Structure& structure, Layout& layout);

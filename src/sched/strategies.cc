@@ -24,11 +24,11 @@ Result<StrategyResult> RunFixed(const CostModel& model, const std::string& name,
                                 const std::vector<StrategyResult>* baselines = nullptr) {
   if (name == "hexiseq") return sched_internal::ScheduleWithBaselines(model, options, baselines);
   if (name == "exact") return ExactSearch(model, options);
-  if (name == "ring") return RingBaseline(model);
-  if (name == "ulysses") return UlyssesBaseline(model);
-  if (name == "usp") return UspBaseline(model);
-  if (name == "hetero-ring") return HeteroRingBaseline(model);
-  if (name == "subset") return SubsetBaseline(model);
+  if (name == "ring") return RingBaseline(model, options.deadline);
+  if (name == "ulysses") return UlyssesBaseline(model, options.deadline);
+  if (name == "usp") return UspBaseline(model, options.deadline);
+  if (name == "hetero-ring") return HeteroRingBaseline(model, options.deadline);
+  if (name == "subset") return SubsetBaseline(model, options.deadline);
   return InvalidArgument("--strategy = \"" + name +
                          "\": unknown (rule: one of hexiseq, exact, ring, ulysses, usp, "
                          "hetero-ring, subset)");
@@ -53,9 +53,18 @@ Result<StrategyResult> PlanStrategy(const CostModel& model, const std::string& n
                                     const ScheduleOptions& options) {
   auto result = RunStrategy(model, name, options);
   if (!result) return result;
+  if (result->timed_out)
+    return Infeasible("strategy " + name + ": no plan was found within the time limit (" +
+                      result->reason + ")");
+  result->plan.time_limit_reached = options.deadline.CutShort();
   if (!result->applicable) {
     return NotSupported("strategy " + name + " is not applicable: " + result->reason);
   }
+  if (!result->cost.feasible && options.deadline.CutShort())
+    return Infeasible("strategy " + name +
+                      ": no plan that fits was found within the time limit of " +
+                      LimitText(options.deadline) + " (the best found: " + result->reason +
+                      "; hint: raise --time-limit, 0 means none)");
   if (!result->cost.feasible) {
     std::string why = ExplainInfeasible(model, options);
     if (why.empty()) why = "infeasible: " + result->cost.infeasible_reason;
@@ -68,7 +77,12 @@ Result<StrategyResult> PlanStrategy(const CostModel& model, const std::string& n
 
 Result<Comparison> CompareStrategies(const CostModel& model, const ScheduleOptions& options) {
   Comparison comparison;
-  for (const std::string& name : {"ring", "ulysses", "usp", "hetero-ring", "subset"}) {
+  const Deadline& deadline = options.deadline;
+  for (const char* name : {"ring", "ulysses", "usp", "hetero-ring", "subset"}) {
+    if (deadline.Expired()) {
+      comparison.results.push_back(NotScored(name, deadline));
+      continue;
+    }
     auto baseline = RunStrategy(model, name, options);
     if (!baseline) return std::unexpected(baseline.error());
     comparison.results.push_back(std::move(*baseline));
@@ -79,7 +93,8 @@ Result<Comparison> CompareStrategies(const CostModel& model, const ScheduleOptio
       comparison.best_baseline_seconds = r.cost.iteration_seconds;
     }
   }
-  auto hex = RunStrategy(model, "hexiseq", options);
+  auto hex = deadline.Expired() ? Result<StrategyResult>(NotScored("hexiseq", deadline))
+                                : RunStrategy(model, "hexiseq", options);
   if (hex) {
     comparison.results.push_back(*hex);
   } else if (hex.error().code == ErrorCode::kInfeasible) {
@@ -93,9 +108,11 @@ Result<Comparison> CompareStrategies(const CostModel& model, const ScheduleOptio
     return std::unexpected(hex.error());
   }
   if (model.cluster().num_ranks() <= kExactMaxRanks) {  // small enough for the exact search
-    auto exact = RunStrategy(model, "exact", options);
+    auto exact = deadline.Expired() ? Result<StrategyResult>(NotScored("exact", deadline))
+                                    : RunStrategy(model, "exact", options);
     if (exact) comparison.results.push_back(*exact);
   }
+  comparison.time_limit_reached = deadline.CutShort();
   comparison.ideal_seconds = IdealIterationSeconds(model, options);
   comparison.ideal_tokens_per_second = model.workload().batch *
                                        static_cast<double>(model.workload().seq_len) /
@@ -106,6 +123,7 @@ Result<Comparison> CompareStrategies(const CostModel& model, const ScheduleOptio
 std::string ComparisonToJson(const Comparison& comparison, int indent) {
   nlohmann::json j;
   j["ideal_tokens_per_second"] = comparison.ideal_tokens_per_second;
+  j["time_limit_reached"] = comparison.time_limit_reached;
   j["strategies"] = nlohmann::json::array();
   const double best = comparison.best_baseline_seconds;
   for (const StrategyResult& r : comparison.results) {

@@ -23,7 +23,9 @@ Result<StrategyResult> RunStrategy(const CostModel& model, const std::string& na
                                    const ScheduleOptions& options = {});
 
 // RunStrategy for a caller that needs a plan to use: a strategy that is not applicable gives
-// kNotSupported, one whose plan does not fit gives kInfeasible with the smallest change that fits.
+// kNotSupported, one whose plan does not fit gives kInfeasible with the smallest change that fits,
+// one that the deadline stopped before it scored a plan gives kInfeasible saying so. The plan's
+// time_limit_reached says whether the deadline cut the search short.
 Result<StrategyResult> PlanStrategy(const CostModel& model, const std::string& name,
                                     const ScheduleOptions& options = {});
 
@@ -33,14 +35,16 @@ struct Comparison {
   double best_baseline_seconds = 0;  // the fastest feasible baseline (0: none is feasible)
   double ideal_seconds = 0;          // aggregate-compute bound per iteration
   double ideal_tokens_per_second = 0;
+  bool time_limit_reached = false;  // the deadline cut some strategy short (rows say which)
 };
 // Errors only when the scheduler fails for a reason other than infeasibility (an infeasible
 // hexiseq becomes a row with the explanation as its reason).
 Result<Comparison> CompareStrategies(const CostModel& model, const ScheduleOptions& options = {});
 
-// The `hexiseq compare --format json` document: ideal_tokens_per_second and one object per
-// strategy (strategy, config, feasible, reason, iteration_seconds, tokens_per_second,
-// fraction_of_ideal, speedup_over_best_baseline, max_memory_fraction; null where not scored).
+// The `hexiseq compare --format json` document: ideal_tokens_per_second, time_limit_reached and
+// one object per strategy (strategy, config, feasible, reason, iteration_seconds,
+// tokens_per_second, fraction_of_ideal, speedup_over_best_baseline, max_memory_fraction; null
+// where not scored).
 std::string ComparisonToJson(const Comparison& comparison, int indent = 2);
 
 }  // namespace hexiseq

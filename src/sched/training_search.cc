@@ -26,18 +26,23 @@ struct Runs {
   std::vector<StrategyResult> results;
   std::vector<std::vector<CandidateRecord>> tables;  // tables[i]: results[i]'s candidates
   std::optional<Error> first_error;
+  std::optional<StrategyResult> best_baseline;  // the best baseline scored on the way
   void Run(const FixedStrategy& run, const CostModel& at, const ScheduleOptions& fixed,
            const std::vector<StrategyResult>* baselines) {
     std::vector<CandidateRecord> table;
     ScheduleOptions own = fixed;
     if (fixed.candidates) own.candidates = &table;
     Result<StrategyResult> result = run(at, own, baselines);
-    if (result) {
+    if (result && !result->timed_out) {
       results.push_back(std::move(*result));
       tables.push_back(std::move(table));
     } else if (result.error().code != ErrorCode::kInfeasible && !first_error) {
       first_error = result.error();
     }
+  }
+  void NoteBaseline(const StrategyResult& baseline) {
+    if (baseline.applicable && (!best_baseline || Better(baseline, *best_baseline)))
+      best_baseline = baseline;
   }
   // The fastest feasible result so far (infinity when none is feasible).
   double BestFeasibleSeconds() const {
@@ -55,8 +60,8 @@ struct Screened {
   StrategyResult best;                    // the best baseline (the screen's score)
 };
 
-Screened ScreenAt(const CostModel& model, const TrainingConfig& config) {
-  Screened screened{config, AllBaselines(WithTraining(model, config)), {}};
+Screened ScreenAt(const CostModel& model, const TrainingConfig& config, const Deadline& deadline) {
+  Screened screened{config, AllBaselines(WithTraining(model, config), deadline), {}};
   screened.best = *std::min_element(screened.baselines.begin(), screened.baselines.end(), Better);
   return screened;
 }
@@ -81,8 +86,10 @@ StrategyResult Rescored(const CostModel& model, const StrategyResult& result) {
 // memory cap may pick other plans here, so the benches check the floor against every baseline
 // run at every configuration (sched_replicas quality, bench/sched/plan_quality --diff).
 Screened ScreenAgainst(const CostModel& model, const TrainingConfig& config, const Screened& first,
-                       double to_beat) {
+                       double to_beat, const Deadline& deadline) {
   const CostModel at = WithTraining(model, config);
+  ScheduleOptions rerun;
+  rerun.deadline = deadline;
   Screened screened{config, {}, {}};
   for (const StrategyResult& baseline : first.baselines) {
     if (!baseline.applicable) {
@@ -90,7 +97,7 @@ Screened ScreenAgainst(const CostModel& model, const TrainingConfig& config, con
     } else if (baseline.feasible() && baseline.cost.iteration_seconds >= to_beat) {
       screened.baselines.push_back(Rescored(at, baseline));
     } else {
-      screened.baselines.push_back(*RunStrategy(at, baseline.strategy, {}));
+      screened.baselines.push_back(*RunStrategy(at, baseline.strategy, rerun));
     }
   }
   screened.best = *std::min_element(screened.baselines.begin(), screened.baselines.end(), Better);
@@ -118,19 +125,26 @@ std::vector<std::pair<TrainingConfig, double>> ByBound(const CostModel& model,
 // searched or no faster than a plan found, so the search keeps its floor.
 void SearchBounded(const CostModel& model, const std::vector<TrainingConfig>& configs,
                    const ScheduleOptions& fixed, const FixedStrategy& run, Runs& runs) {
-  const Screened first = ScreenAt(model, configs.front());
+  const Deadline& deadline = fixed.deadline;
+  const Screened first = ScreenAt(model, configs.front(), deadline);
+  runs.NoteBaseline(first.best);
+  if (deadline.Expired()) return;
   runs.Run(run, WithTraining(model, first.config), fixed, &first.baselines);
   if (runs.first_error) return;  // bad options: the same error at every configuration
   const double to_beat = runs.BestFeasibleSeconds();
   std::vector<Screened> screened;
   const std::vector<TrainingConfig> others(configs.begin() + 1, configs.end());
-  for (const auto& [config, bound] : ByBound(model, others))
-    if (bound < to_beat) screened.push_back(ScreenAgainst(model, config, first, to_beat));
+  for (const auto& [config, bound] : ByBound(model, others)) {
+    if (deadline.Expired()) return;
+    if (bound >= to_beat) continue;
+    screened.push_back(ScreenAgainst(model, config, first, to_beat, deadline));
+    runs.NoteBaseline(screened.back().best);
+  }
   std::stable_sort(screened.begin(), screened.end(), [](const Screened& a, const Screened& b) {
     return ScreenBefore(a.best, b.best);
   });
   const size_t searches = std::isfinite(to_beat) ? kSearchedConfigs - 1 : kSearchedConfigs;
-  for (size_t rank = 0; rank < std::min(searches, screened.size()); ++rank)
+  for (size_t rank = 0; rank < std::min(searches, screened.size()) && !deadline.Expired(); ++rank)
     runs.Run(run, WithTraining(model, screened[rank].config), fixed, &screened[rank].baselines);
 }
 
@@ -187,12 +201,20 @@ Result<StrategyResult> SearchTraining(const CostModel& model, const std::string&
   if (IsSearch(name) && configs.size() > kSearchedConfigs) {
     SearchBounded(model, configs, fixed, run, runs);
   } else {
-    for (const TrainingConfig& config : configs)
+    for (const TrainingConfig& config : configs) {
+      if (options.deadline.Expired()) break;
       runs.Run(run, WithTraining(model, config), fixed, nullptr);
+    }
+  }
+  // A search cut short is never worse than the best baseline it scored.
+  if (runs.best_baseline && options.deadline.CutShort()) {
+    runs.results.push_back(AsSearchResult(std::move(*runs.best_baseline), name));
+    runs.tables.emplace_back();
   }
   std::vector<StrategyResult>& results = runs.results;
   if (results.empty()) {
     if (runs.first_error) return std::unexpected(*runs.first_error);
+    if (options.deadline.CutShort()) return NotScored(name, options.deadline);
     return Infeasible(ExplainInfeasible(model, options));
   }
   size_t best = 0;  // the first of the best, as the stable sort below keeps it

@@ -33,7 +33,8 @@ struct TrainingConfig {
   Recompute recompute = Recompute::kFull;
 };
 
-// The configurations the options leave open (a fixed setting is the workload's), fixed order.
+// The configurations the options leave open (a fixed setting is the workload's), in a fixed
+// order: the least memory first (ZeRO 3 before 2, 1, 0; full recompute before selective, none).
 std::vector<TrainingConfig> TrainingConfigs(const Workload& workload,
                                             const ScheduleOptions& options);
 // `model` with the workload's ZeRO stage and recompute policy replaced.

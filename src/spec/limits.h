@@ -23,6 +23,7 @@ inline constexpr int64_t kMaxNicsPerNode = 1024;             // simulate --nics-
 // Inputs.
 inline constexpr int64_t kMaxSpecFileBytes = int64_t{64} << 20;   // cluster, model, device table
 inline constexpr int64_t kMaxPlanFileBytes = int64_t{512} << 20;  // plan JSON
+inline constexpr int64_t kMaxDataFileBytes = int64_t{1} << 30;    // train --data (raw bytes)
 inline constexpr int kMaxJsonDepth = 64;  // nesting of a plan (a valid plan nests 9 deep)
 
 // Physical plausibility ranges (inclusive).

@@ -15,6 +15,9 @@
 #include <numeric>
 #include <random>
 
+#include "spec/input_file.h"
+#include "spec/limits.h"
+
 namespace hexiseq::train {
 namespace {
 
@@ -157,14 +160,12 @@ class RecallSource : public DataSource {
   int64_t queries_ = 0;         // queries per sequence
 };
 
+// A regular file of at most kMaxDataFileBytes (a FIFO or /dev/zero is refused by its type).
 Result<std::vector<uint8_t>> ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return IoError("--data " + path +
-                   ": cannot open the file (rule: a readable file of raw bytes, or "
-                   "synthetic:recall; hint: check the path)");
-  }
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  auto text = ReadInputFile(path, "--data file", kMaxDataFileBytes,
+                            "--data takes a readable file of raw bytes, or synthetic:recall");
+  if (!text) return std::unexpected(text.error());
+  return std::vector<uint8_t>(text->begin(), text->end());
 }
 
 // Keys of "synthetic:recall" (kDefaultRecallKeys) or "synthetic:recall:K"; 0 when malformed.

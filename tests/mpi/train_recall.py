@@ -27,7 +27,10 @@ def run(cmd):
 
 def rank_of_positions(plan, seq):
     owner = [None] * seq
-    for group in plan["groups"]:
+    # hexiseq.plan/2 lists groups per replica; plan/1 at the top level. This check takes
+    # one-replica plans (the first replica holds every position).
+    groups = plan["replicas"][0]["groups"] if "replicas" in plan else plan["groups"]
+    for group in groups:
         for member in group["members"]:
             for begin, end in member["tokens"]:
                 for position in range(begin, end):

@@ -4,8 +4,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <map>
-#include <tuple>
 #include <vector>
 
 #include "spec/units.h"
@@ -78,7 +76,7 @@ double LatencyOnce(const Cluster& cluster, std::vector<LatencyKey>& seen, Latenc
 struct CostModel::GroupScratch {
   std::vector<int64_t> s;
   std::vector<int> h, kv;
-  std::vector<double> s_d, h_d, kv_d, lin, a2a, replica_copy;
+  std::vector<double> s_d, h_d, kv_d, lin, a2a, ring_chain;
   std::vector<double> kv_ports, return_ports;  // [member * kPorts + port] seconds
   std::vector<uint8_t> needs;  // [member * num_kv + kv head]: the member holds a query head of it
   std::vector<int> mine;
@@ -547,14 +545,15 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
   const int num_heads = model_.heads, num_kv = model_.kv_heads;
   const std::vector<uint8_t>& needs = scratch.needs;
   const int steps = ring.ring_size;
+  // ring_chain: seconds per token of block on each primary's incoming ring link. Blocks are
+  // forwarded whole, so the largest block reaches the farthest group only after crossing every
+  // other link; Combine() sums the groups' slowest incoming links into that chain.
   std::vector<double>& kv_ports = scratch.kv_ports;
   std::vector<double>& return_ports = scratch.return_ports;
-  // replica_copy: per member, seconds per token of block of the copies it receives from its
-  // primaries (the chains' arrival at a replica, RingChainBounds).
-  std::vector<double>& replica_copy = scratch.replica_copy;
+  std::vector<double>& ring_chain = scratch.ring_chain;
   kv_ports.assign(m * kPorts, 0);
   return_ports.assign(m * kPorts, 0);
-  replica_copy.assign(m, 0);
+  ring_chain.assign(m, 0);
   if (steps <= 1) return;
 
   std::vector<int>& mine_member = scratch.mine;
@@ -577,9 +576,13 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
     for (const PeerTraffic& peer : traffic.kv_from) {
       const int before = PeerPrimary(plan, peer.group, g, scratch);
       if (before < 0 || before == mine) continue;
+      const double bandwidth = cluster_.Bandwidth(before, mine);
       ChargePorts(cluster_, kv_ports, -1, p, before, mine,
-                  link_latency(before, mine, peer.blocks) +
-                      peer.tokens * per_token / cluster_.Bandwidth(before, mine));
+                  link_latency(before, mine, peer.blocks) + peer.tokens * per_token / bandwidth);
+      if (peer.group == ring.prev) {
+        ring_chain[p] += per_token / bandwidth;
+        out.chain_latency = std::max(out.chain_latency, cluster_.Latency(before, mine));
+      }
     }
     for (const PeerTraffic& peer : traffic.kv_to) {
       const int after = PeerPrimary(plan, peer.group, g, scratch);
@@ -593,14 +596,12 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
       if (static_cast<int>(i) == p) continue;
       if (!needs[i * num_kv + g] || kv_in == 0) continue;
       const int replica = group.members[i].rank;
-      const double copy = per_token / cluster_.Bandwidth(mine, replica);
       ChargePorts(cluster_, kv_ports, p, static_cast<int>(i), mine, replica,
-                  link_latency(mine, replica, visiting) + kv_in * copy);
-      replica_copy[i] += copy;
+                  link_latency(mine, replica, visiting) +
+                      kv_in * per_token / cluster_.Bandwidth(mine, replica));
     }
     DkvSumTimes(plan, group_index, g, scratch);
   }
-  out.replica_seconds_per_token = *std::max_element(replica_copy.begin(), replica_copy.end());
 }
 
 // Backward, KV head g: replicas' partials to the primary; sums fed in by the previous groups and
@@ -651,6 +652,7 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
   const std::vector<double>& a2a = scratch.a2a;
   const std::vector<double>& kv_ports = scratch.kv_ports;
   const std::vector<double>& return_ports = scratch.return_ports;
+  const std::vector<double>& ring_chain = scratch.ring_chain;
   const double mlp_fraction = model_.MlpParams() / model_.LayerGemmParams();
   const int64_t causal_pairs = CausalPrefixPairs(group.tokens);
   const int64_t diag_pairs = CausalPairs(group.tokens, group.tokens);
@@ -668,14 +670,13 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
       comm_bwd = std::max(comm_bwd, kv_ports[i * kPorts + port] + return_ports[i * kPorts + port]);
       returns = std::max(returns, return_ports[i * kPorts + port]);
     }
-    out.seconds_per_pair =
-        std::max(out.seconds_per_pair,
-                 AttentionForwardFlops(model_.head_dim, h[i], 1.0) / dev.AttentionFlops());
+    out.chain_seconds_per_token = std::max(out.chain_seconds_per_token, ring_chain[i]);
     double fwd = compute, bwd = k_.attention_backward_factor * compute;
     if (steps > 1) {
       const double last = (compute - first) / (steps - 1);
       const double last_return = returns / (steps - 1);
       fwd = std::max(compute, comm + last);
+      out.last_block_fwd = std::max(out.last_block_fwd, last);
       // Backward: every block's compute, then the last block's dK/dV leaving; or the busiest
       // port's K/V and dK/dV traffic, but for that last sum (it can only leave once its block is
       // computed), then the last block's compute and that sum.
@@ -763,220 +764,29 @@ std::vector<std::vector<double>> CostModel::AllToAllBytes(const PlanGroup& group
 
 CostModel::RingChain CostModel::RingChainOf(const Plan& plan,
                                             const std::vector<GroupCost>& groups) const {
-  const ChainBounds chains = RingChainBounds(plan, groups);
+  // Store-and-forward chain of the largest block: it crosses every ring link but the one into
+  // its own group (K - 1 of K), one message per hop; it bounds the ring phase from below.
+  int active = 0;
+  int64_t max_tokens = 0;
+  double chain_per_token = 0, chain_latency = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const int64_t tokens = TotalTokens(plan.groups[g].tokens);
+    if (tokens == 0) continue;
+    ++active;
+    max_tokens = std::max(max_tokens, tokens);
+    chain_per_token += groups[g].chain_seconds_per_token;
+    chain_latency = std::max(chain_latency, groups[g].chain_latency);
+  }
   RingChain out;
-  out.bounds = chains.fwd > 0 || chains.bwd > 0;
-  out.seconds = chains.latest_arrival;
-  out.ring_fwd_floor = chains.fwd;
-  out.ring_bwd_floor = chains.bwd;
+  if (active <= 1) return out;
+  double last_block = 0;
+  for (const GroupCost& gc : groups) last_block = std::max(last_block, gc.last_block_fwd);
+  out.bounds = true;
+  out.seconds = static_cast<double>(max_tokens) * chain_per_token * (active - 1) / active +
+                (active - 1) * chain_latency;
+  out.ring_fwd_floor = out.seconds + last_block;
+  out.ring_bwd_floor = out.seconds + k_.attention_backward_factor * last_block;
   return out;
-}
-
-std::pair<double, double> CostModel::HopSecondsPerToken(
-    const std::vector<std::vector<int>>& primaries, int from_group, int to_group) const {
-  const double per_token = KvBytesPerTokenPerKvHead();
-  thread_local std::vector<std::pair<int, double>> sends, receives;  // (rank, seconds per token)
-  sends.clear();
-  receives.clear();
-  auto add = [](std::vector<std::pair<int, double>>& ports, int rank, double seconds) {
-    for (auto& port : ports)
-      if (port.first == rank) {
-        port.second += seconds;
-        return;
-      }
-    ports.push_back({rank, seconds});
-  };
-  double latency = 0;
-  for (int kv = 0; kv < model_.kv_heads; ++kv) {
-    const int from = primaries[from_group][kv], to = primaries[to_group][kv];
-    if (from < 0 || to < 0 || from == to) continue;
-    const double seconds = per_token / cluster_.Bandwidth(from, to);
-    add(sends, from, seconds);
-    add(receives, to, seconds);
-    latency = std::max(latency, cluster_.Latency(from, to));
-  }
-  double slowest = 0;
-  for (const auto& port : sends) slowest = std::max(slowest, port.second);
-  for (const auto& port : receives) slowest = std::max(slowest, port.second);
-  return {slowest, latency};
-}
-
-namespace {
-
-// One group on the ring as the chain recurrence sees it.
-struct ChainGroup {
-  int plan_index = 0;
-  GroupSpan span;
-  double seconds_per_pair = 0, replica_seconds_per_token = 0;
-  double own_pairs = 0;
-};
-
-// Layers the chain recurrence runs to reach its steady period (each group starts a layer when it
-// has finished the previous one; the first layer's synchronised start is a transient).
-constexpr int kChainLayers = 4;
-
-}  // namespace
-
-// The ring of one plan as the chain recurrence walks it: its groups, each block's chain, hop costs
-// and per-(group, origin) causal pairs, computed once per scoring.
-struct CostModel::ChainRing {
-  std::vector<ChainGroup> groups;
-  std::vector<std::vector<int>> chains;            // per origin: the groups it visits, in order
-  std::vector<std::vector<double>> hop_per_token;  // per origin, per chain hop (last: home)
-  std::vector<std::vector<double>> hop_latency;
-  std::vector<std::vector<double>> pairs;  // per origin, per chain hop: causal pairs
-};
-
-CostModel::ChainRing CostModel::BuildChainRing(const Plan& plan,
-                                               const std::vector<GroupCost>& costs) const {
-  ChainRing ring;
-  std::vector<std::vector<int>> primaries(plan.groups.size());
-  for (size_t g = 0; g < plan.groups.size(); ++g) {
-    const GroupSpan span = SpanOf(plan.groups[g]);
-    if (span.tokens == 0) continue;
-    const Ranges& tokens = plan.groups[g].tokens;
-    ring.groups.push_back({static_cast<int>(g), span, costs[g].seconds_per_pair,
-                           costs[g].replica_seconds_per_token,
-                           static_cast<double>(CausalPairs(tokens, tokens))});
-    std::vector<int> members;
-    PrimaryMembers(plan.groups[g], model_.heads, model_.kv_heads, members);
-    for (int member : members)
-      primaries[g].push_back(member < 0 ? -1 : plan.groups[g].members[member].rank);
-  }
-  const int size = static_cast<int>(ring.groups.size());
-  ring.chains.resize(size);
-  ring.hop_per_token.resize(size);
-  ring.hop_latency.resize(size);
-  ring.pairs.resize(size);
-  for (int origin = 0; origin < size; ++origin) {
-    int from = origin;
-    auto add_hop = [&](int to) {
-      const auto [per_token, latency] =
-          HopSecondsPerToken(primaries, ring.groups[from].plan_index, ring.groups[to].plan_index);
-      ring.hop_per_token[origin].push_back(per_token);
-      ring.hop_latency[origin].push_back(latency);
-      from = to;
-    };
-    for (int distance = 1; distance < size; ++distance) {
-      const int group = (origin + distance) % size;
-      if (ring.groups[group].span.last < ring.groups[origin].span.first) continue;  // no pair
-      ring.chains[origin].push_back(group);
-      ring.pairs[origin].push_back(
-          static_cast<double>(CausalPairs(plan.groups[ring.groups[group].plan_index].tokens,
-                                          plan.groups[ring.groups[origin].plan_index].tokens)));
-      add_hop(group);
-    }
-    if (!ring.chains[origin].empty()) add_hop(origin);  // the dK/dV total, home
-  }
-  return ring;
-}
-
-namespace {
-
-// One layer's ring phase on the chain recurrence, given each group's phase start (ring order):
-// each group's end. K/V: a block leaves its owner at the owner's start and moves on as soon as
-// it is received; a link sends the blocks that cross it one after another in the order they
-// reach its sender (ring distance), and a hop waits for its receiver to be in the phase (the
-// runtime's rendezvous). Each group computes its own block at its start, then the visiting ones
-// in arrival order (`factor` x forward work). Backward (`sums`), each block's dK/dV sum follows
-// its chain, leaving a group once that group has computed the block and received the previous
-// sum, and returns home; a group's phase also waits for the sums it sends and receives.
-std::vector<double> ChainPass(const CostModel::ChainRing& ring, const std::vector<double>& start,
-                              double factor, bool sums, double* latest_arrival) {
-  const int size = static_cast<int>(ring.groups.size());
-  std::vector<double> end(size);
-  std::vector<int> hop_of(size, 0);  // per origin: hops made so far
-  std::vector<double> ready(start);  // per origin: when its block is at its current holder
-  std::map<std::pair<int, int>, double> link_free;
-  std::vector<std::vector<std::tuple<double, double, int>>> blocks(size);  // arrival, work, origin
-  for (int distance = 1; distance < size; ++distance)
-    for (int origin = 0; origin < size; ++origin) {
-      const std::vector<int>& chain = ring.chains[origin];
-      const int hop = hop_of[origin];
-      if (hop >= static_cast<int>(chain.size()) || chain[hop] != (origin + distance) % size)
-        continue;
-      const int to = chain[hop], from = hop == 0 ? origin : chain[hop - 1];
-      const double tokens = static_cast<double>(ring.groups[origin].span.tokens);
-      double& free = link_free[{from, to}];
-      free = std::max({ready[origin], free, start[to]}) + tokens * ring.hop_per_token[origin][hop];
-      ready[origin] = free + ring.hop_latency[origin][hop];
-      const double arrival = ready[origin] + tokens * ring.groups[to].replica_seconds_per_token;
-      *latest_arrival = std::max(*latest_arrival, arrival - start[to]);
-      blocks[to].push_back(
-          {arrival, factor * ring.groups[to].seconds_per_pair * ring.pairs[origin][hop], origin});
-      ++hop_of[origin];
-    }
-  std::vector<std::map<int, double>> done(size);  // per group: origin -> block computed
-  for (int group = 0; group < size; ++group) {
-    std::sort(blocks[group].begin(), blocks[group].end());
-    double now =
-        start[group] + factor * ring.groups[group].seconds_per_pair * ring.groups[group].own_pairs;
-    for (const auto& [arrival, work, origin] : blocks[group]) {
-      now = std::max(now, arrival) + work;
-      if (sums) done[group][origin] = now;
-    }
-    end[group] = now;
-  }
-  if (!sums) return end;
-  for (int origin = 0; origin < size; ++origin) {
-    const std::vector<int>& chain = ring.chains[origin];
-    const double tokens = static_cast<double>(ring.groups[origin].span.tokens);
-    double sum_at = 0;
-    for (size_t hop = 0; hop < chain.size(); ++hop) {
-      const int group = chain[hop];
-      sum_at = std::max(sum_at, done[group][origin]) +
-               tokens * ring.hop_per_token[origin][hop + 1] + ring.hop_latency[origin][hop + 1];
-      end[group] = std::max(end[group], sum_at - ring.hop_latency[origin][hop + 1]);
-      const int receiver = hop + 1 < chain.size() ? chain[hop + 1] : origin;
-      end[receiver] = std::max(end[receiver], sum_at);
-    }
-  }
-  return end;
-}
-
-// The steady per-layer period of the ring recurrence: every group starts layer l + 1 when it has
-// finished layer l and its local phase (`local`, per ring group); the largest end's growth over
-// the last layer.
-double SteadyPeriod(const CostModel::ChainRing& ring, const std::vector<double>& local,
-                    double factor, bool sums, double* latest_arrival) {
-  const int size = static_cast<int>(ring.groups.size());
-  std::vector<double> start(size, 0.0);
-  double previous_last = 0, period = 0;
-  for (int layer = 0; layer < kChainLayers; ++layer) {
-    double arrival = 0;
-    const std::vector<double> end = ChainPass(ring, start, factor, sums, &arrival);
-    double last = 0;
-    for (int group = 0; group < size; ++group) {
-      last = std::max(last, end[group] + local[group]);
-      start[group] = end[group] + local[group];
-    }
-    period = last - previous_last;
-    previous_last = last;
-    *latest_arrival = arrival;
-  }
-  return period;
-}
-
-}  // namespace
-
-CostModel::ChainBounds CostModel::RingChainBounds(const Plan& plan,
-                                                  const std::vector<GroupCost>& groups) const {
-  ChainBounds bounds;
-  const ChainRing ring = BuildChainRing(plan, groups);
-  if (ring.groups.size() <= 1) return bounds;
-  std::vector<double> local_fwd, local_bwd;
-  double most_local_fwd = 0, most_local_bwd = 0;
-  for (const ChainGroup& group : ring.groups) {
-    local_fwd.push_back(groups[group.plan_index].local_fwd);
-    local_bwd.push_back(groups[group.plan_index].local_bwd);
-    most_local_fwd = std::max(most_local_fwd, local_fwd.back());
-    most_local_bwd = std::max(most_local_bwd, local_bwd.back());
-  }
-  double unused = 0;
-  bounds.fwd = SteadyPeriod(ring, local_fwd, 1.0, false, &bounds.latest_arrival) - most_local_fwd;
-  bounds.bwd =
-      SteadyPeriod(ring, local_bwd, k_.attention_backward_factor, true, &unused) - most_local_bwd;
-  return bounds;
 }
 
 PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& groups) const {

@@ -7,8 +7,7 @@
 // Per layer, per group k (members r, tokens Sigma_k, heads eta_r), time runs in two alternating
 // phases that each wait for the slowest group:
 //   local  = reverse all-to-all (O) + linear layers on s_r tokens + all-to-all (Q, K, V)
-//   ring   = sub-ring attention: max(attention compute, busiest port + last block, the blocks'
-//            chains in steady state (RingChainBounds))
+//   ring   = sub-ring attention: max(attention compute, KV transfer chain) + last block
 // Backward: linear 2x, attention 2.5x, all-to-all bytes the same; K/V go round again and each
 // block's dK/dV sum travels along its chain to the owner (the layer schedule's policy), on the
 // same per-rank ports (NVLink / NIC, send / receive). Sub-ring bytes and links are the schedule's
@@ -89,10 +88,10 @@ struct GroupCost {
   double local_bwd = 0, ring_bwd = 0;  // backward phases
   double recompute = 0;                // selective recompute: the MLP forward again
   double lin_fwd = 0, a2a = 0, attn_compute_fwd = 0, ring_comm_fwd = 0;  // slowest member's parts
-  // Inputs of the blocks' chains (RingChainBounds, in Combine): the slowest member's forward
-  // attention seconds per causal (query, key) pair, and the seconds per token of block in which
-  // the primaries copy a visiting block to the slowest-fed replica (0 without replicas).
-  double seconds_per_pair = 0, replica_seconds_per_token = 0;
+  // Store-and-forward chain inputs (combined over groups by Combine): seconds per token of block
+  // on the slowest incoming ring link of this group, that link's latency, and the largest
+  // compute on one final block.
+  double chain_seconds_per_token = 0, chain_latency = 0, last_block_fwd = 0;
   double head_seconds = 0;  // LM head fwd + bwd for the group's slowest member
   double max_memory_fraction = 0;
   int worst_memory_rank = -1;
@@ -110,7 +109,7 @@ struct PlanCost {
   // Per-iteration totals of each phase (the slowest group per phase, summed over layers).
   double local_seconds = 0, ring_seconds = 0, recompute_seconds = 0, head_seconds = 0,
          grad_sync_seconds = 0;
-  double ring_chain_seconds = 0;  // per layer, forward: the last K/V block's arrival (chains)
+  double ring_chain_seconds = 0;  // per layer: the largest block's store-and-forward chain
   // Per replica, its busy time: its sequences' compute and communication, before the exposed
   // gradient sync (the iteration is the largest of these + grad_sync_seconds).
   std::vector<double> replica_busy_seconds;
@@ -138,9 +137,9 @@ class CostModel {
   GroupCost EvaluateGroup(const Plan& plan, int group, const RingContext& ring) const;
   // Combines group costs (one per plan group, in plan order) into the plan's cost.
   PlanCost Combine(const Plan& plan, const std::vector<GroupCost>& groups) const;
-  // The blocks' chains' floor on both ring phases, per layer (RingChainBounds; Combine and the
-  // scheduler's incremental score both apply it): `seconds` is the latest block arrival;
-  // `bounds` is false for a ring of one group.
+  // The store-and-forward chain of the largest block, which bounds both ring phases from below
+  // (Combine and the scheduler's incremental score): forward >= seconds + last block, backward >=
+  // seconds + backward factor x last block; `bounds` is false with fewer than two active groups.
   struct RingChain {
     bool bounds = false;
     double seconds = 0;
@@ -209,10 +208,6 @@ class CostModel {
   };
   std::vector<RingRankBytes> RingBytesPerRank(const Plan& plan, bool backward) const;
 
-  // The ring's groups, each block's chain, hop costs and causal pairs, as RingChainBounds walks
-  // them (defined in cost_model.cc).
-  struct ChainRing;
-
   // Seconds to move `bytes` from rank a to rank b (alpha-beta).
   double TransferSeconds(int a, int b, double bytes) const;
 
@@ -256,28 +251,6 @@ class CostModel {
 
   double LinearForwardFlopsPerToken() const;  // all layers' GEMMs per token, one layer
   double KvBytesPerTokenPerKvHead() const;    // K and V, one KV head
-  // The ring phase as the blocks' chains allow it, per layer (forward, backward; 0 for a ring
-  // of one group): a recurrence over the schedule's chains, not over messages. Each block leaves
-  // its owner when the owner starts its phase and is forwarded along its chain as soon as
-  // received; a link sends the blocks that cross it one after another in the order they reach
-  // it, a hop waits for its receiver to be in the phase (rendezvous), at the hop's per-token
-  // seconds (HopSecondsPerToken); each group computes its own block, then the visiting ones in
-  // arrival order. Backward, each block's dK/dV sum follows its chain (a group adds its own once
-  // it has computed the block) and returns to the owner. Each group starts a layer when it has
-  // finished the previous one and its local phase; the bound is the steady per-layer period
-  // (kChainLayers layers: the first layer's common start is a transient) less the largest local
-  // phase. Port contention between different links is left to the per-port terms of
-  // EvaluateGroup. O(ring groups^2) per layer.
-  struct ChainBounds {
-    double fwd = 0, bwd = 0, latest_arrival = 0;
-  };
-  ChainBounds RingChainBounds(const Plan& plan, const std::vector<GroupCost>& groups) const;
-  ChainRing BuildChainRing(const Plan& plan, const std::vector<GroupCost>& groups) const;
-  // Seconds per token of block, and the latency, of a K/V (or dK/dV) hop from plan group
-  // `from_group` to `to_group`: every KV head goes primary to primary, the hop as slow as its
-  // busiest send or receive port. `primaries[g]`: world rank per KV head of plan group g.
-  std::pair<double, double> HopSecondsPerToken(const std::vector<std::vector<int>>& primaries,
-                                               int from_group, int to_group) const;
   // Several replicas: each scored as a one-replica plan, then the sync over all participants.
   PlanCost EvaluateReplicas(const Plan& plan) const;
   // Sync rounds of an iteration: under ZeRO-3 the sequences of the busiest replica, else 1.

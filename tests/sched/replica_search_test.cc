@@ -141,7 +141,7 @@ TEST(TrainingSearch, FixedSettingsAreRespected) {
   workload.zero_stage = 1;
   workload.recompute = Recompute::kSelective;
   const CostModel model(cluster, sched_test::Model("llama3-8b"), workload);
-  for (const std::string& name : {"hexiseq", "ring", "usp", "subset", "hetero-ring"}) {
+  for (const std::string name : {"hexiseq", "ring", "usp", "subset", "hetero-ring"}) {
     auto result = RunStrategy(model, name, {});
     ASSERT_TRUE(result) << name << ": " << result.error().message;
     EXPECT_EQ(result->plan.zero_stage, 1) << name;
@@ -209,7 +209,9 @@ TEST(TrainingSearch, ZeroStagesBelowThreeCostTheSameTime) {
         SCOPED_TRACE(planned.plan.config + " at zero " + std::to_string(stage));
         EXPECT_DOUBLE_EQ(lower.iteration_seconds, two.iteration_seconds);
         EXPECT_GE(lower.max_memory_fraction, two.max_memory_fraction * (1 - 1e-12));
-        if (lower.feasible) EXPECT_TRUE(two.feasible);
+        if (lower.feasible) {
+          EXPECT_TRUE(two.feasible);
+        }
       }
     }
   }
@@ -251,7 +253,7 @@ TEST(TrainingSearch, AutoNeverWorseThanAnyFixedChoice) {
     workload.seq_len = c.seq;
     workload.batch = c.batch;
     const CostModel model(sched_test::MixedCluster(32), sched_test::Model("llama3-8b"), workload);
-    for (const std::string& name : {"hexiseq", "usp", "ring"}) {
+    for (const std::string name : {"hexiseq", "usp", "ring"}) {
       ScheduleOptions automatic;
       automatic.zero_auto = true;
       automatic.recompute_auto = name != "hexiseq";

@@ -76,7 +76,7 @@ double LatencyOnce(const Cluster& cluster, std::vector<LatencyKey>& seen, Latenc
 struct CostModel::GroupScratch {
   std::vector<int64_t> s;
   std::vector<int> h, kv;
-  std::vector<double> s_d, h_d, kv_d, lin, a2a, ring_chain;
+  std::vector<double> s_d, h_d, kv_d, lin, a2a, replica_copy;
   std::vector<double> kv_ports, return_ports;  // [member * kPorts + port] seconds
   std::vector<uint8_t> needs;  // [member * num_kv + kv head]: the member holds a query head of it
   std::vector<int> mine;
@@ -545,15 +545,14 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
   const int num_heads = model_.heads, num_kv = model_.kv_heads;
   const std::vector<uint8_t>& needs = scratch.needs;
   const int steps = ring.ring_size;
-  // ring_chain: seconds per token of block on each primary's incoming ring link. Blocks are
-  // forwarded whole, so the largest block reaches the farthest group only after crossing every
-  // other link; Combine() sums the groups' slowest incoming links into that chain.
   std::vector<double>& kv_ports = scratch.kv_ports;
   std::vector<double>& return_ports = scratch.return_ports;
-  std::vector<double>& ring_chain = scratch.ring_chain;
+  // replica_copy: per member, seconds per token of block of the copies it receives from its
+  // primaries (the chains' arrival at a replica, RingChainBounds).
+  std::vector<double>& replica_copy = scratch.replica_copy;
   kv_ports.assign(m * kPorts, 0);
   return_ports.assign(m * kPorts, 0);
-  ring_chain.assign(m, 0);
+  replica_copy.assign(m, 0);
   if (steps <= 1) return;
 
   std::vector<int>& mine_member = scratch.mine;
@@ -576,13 +575,9 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
     for (const PeerTraffic& peer : traffic.kv_from) {
       const int before = PeerPrimary(plan, peer.group, g, scratch);
       if (before < 0 || before == mine) continue;
-      const double bandwidth = cluster_.Bandwidth(before, mine);
       ChargePorts(cluster_, kv_ports, -1, p, before, mine,
-                  link_latency(before, mine, peer.blocks) + peer.tokens * per_token / bandwidth);
-      if (peer.group == ring.prev) {
-        ring_chain[p] += per_token / bandwidth;
-        out.chain_latency = std::max(out.chain_latency, cluster_.Latency(before, mine));
-      }
+                  link_latency(before, mine, peer.blocks) +
+                      peer.tokens * per_token / cluster_.Bandwidth(before, mine));
     }
     for (const PeerTraffic& peer : traffic.kv_to) {
       const int after = PeerPrimary(plan, peer.group, g, scratch);
@@ -596,12 +591,14 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
       if (static_cast<int>(i) == p) continue;
       if (!needs[i * num_kv + g] || kv_in == 0) continue;
       const int replica = group.members[i].rank;
+      const double copy = per_token / cluster_.Bandwidth(mine, replica);
       ChargePorts(cluster_, kv_ports, p, static_cast<int>(i), mine, replica,
-                  link_latency(mine, replica, visiting) +
-                      kv_in * per_token / cluster_.Bandwidth(mine, replica));
+                  link_latency(mine, replica, visiting) + kv_in * copy);
+      replica_copy[i] += copy;
     }
     DkvSumTimes(plan, group_index, g, scratch);
   }
+  out.replica_seconds_per_token = *std::max_element(replica_copy.begin(), replica_copy.end());
 }
 
 // Backward, KV head g: replicas' partials to the primary; sums fed in by the previous groups and
@@ -652,7 +649,6 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
   const std::vector<double>& a2a = scratch.a2a;
   const std::vector<double>& kv_ports = scratch.kv_ports;
   const std::vector<double>& return_ports = scratch.return_ports;
-  const std::vector<double>& ring_chain = scratch.ring_chain;
   const double mlp_fraction = model_.MlpParams() / model_.LayerGemmParams();
   const int64_t causal_pairs = CausalPrefixPairs(group.tokens);
   const int64_t diag_pairs = CausalPairs(group.tokens, group.tokens);
@@ -670,13 +666,14 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
       comm_bwd = std::max(comm_bwd, kv_ports[i * kPorts + port] + return_ports[i * kPorts + port]);
       returns = std::max(returns, return_ports[i * kPorts + port]);
     }
-    out.chain_seconds_per_token = std::max(out.chain_seconds_per_token, ring_chain[i]);
+    out.seconds_per_pair =
+        std::max(out.seconds_per_pair,
+                 AttentionForwardFlops(model_.head_dim, h[i], 1.0) / dev.AttentionFlops());
     double fwd = compute, bwd = k_.attention_backward_factor * compute;
     if (steps > 1) {
       const double last = (compute - first) / (steps - 1);
       const double last_return = returns / (steps - 1);
       fwd = std::max(compute, comm + last);
-      out.last_block_fwd = std::max(out.last_block_fwd, last);
       // Backward: every block's compute, then the last block's dK/dV leaving; or the busiest
       // port's K/V and dK/dV traffic, but for that last sum (it can only leave once its block is
       // computed), then the last block's compute and that sum.
@@ -764,29 +761,150 @@ std::vector<std::vector<double>> CostModel::AllToAllBytes(const PlanGroup& group
 
 CostModel::RingChain CostModel::RingChainOf(const Plan& plan,
                                             const std::vector<GroupCost>& groups) const {
-  // Store-and-forward chain of the largest block: it crosses every ring link but the one into
-  // its own group (K - 1 of K), one message per hop; it bounds the ring phase from below.
-  int active = 0;
-  int64_t max_tokens = 0;
-  double chain_per_token = 0, chain_latency = 0;
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const int64_t tokens = TotalTokens(plan.groups[g].tokens);
-    if (tokens == 0) continue;
-    ++active;
-    max_tokens = std::max(max_tokens, tokens);
-    chain_per_token += groups[g].chain_seconds_per_token;
-    chain_latency = std::max(chain_latency, groups[g].chain_latency);
-  }
+  const ChainBounds chains = RingChainBounds(plan, groups);
   RingChain out;
-  if (active <= 1) return out;
-  double last_block = 0;
-  for (const GroupCost& gc : groups) last_block = std::max(last_block, gc.last_block_fwd);
-  out.bounds = true;
-  out.seconds = static_cast<double>(max_tokens) * chain_per_token * (active - 1) / active +
-                (active - 1) * chain_latency;
-  out.ring_fwd_floor = out.seconds + last_block;
-  out.ring_bwd_floor = out.seconds + k_.attention_backward_factor * last_block;
+  out.bounds = chains.fwd > 0 || chains.bwd > 0;
+  out.seconds = chains.latest_arrival;
+  out.ring_fwd_floor = chains.fwd;
+  out.ring_bwd_floor = chains.bwd;
   return out;
+}
+
+std::pair<double, double> CostModel::HopSecondsPerToken(const int* from_primaries,
+                                                        const int* to_primaries) const {
+  const double per_token = KvBytesPerTokenPerKvHead();
+  thread_local std::vector<std::pair<int, double>> sends, receives;  // (rank, seconds per token)
+  sends.clear();
+  receives.clear();
+  auto add = [](std::vector<std::pair<int, double>>& ports, int rank, double seconds) {
+    for (auto& port : ports)
+      if (port.first == rank) {
+        port.second += seconds;
+        return;
+      }
+    ports.push_back({rank, seconds});
+  };
+  double latency = 0;
+  for (int kv = 0; kv < model_.kv_heads; ++kv) {
+    const int from = from_primaries[kv], to = to_primaries[kv];
+    if (from < 0 || to < 0 || from == to) continue;
+    const double seconds = per_token / cluster_.Bandwidth(from, to);
+    add(sends, from, seconds);
+    add(receives, to, seconds);
+    latency = std::max(latency, cluster_.Latency(from, to));
+  }
+  double slowest = 0;
+  for (const auto& port : sends) slowest = std::max(slowest, port.second);
+  for (const auto& port : receives) slowest = std::max(slowest, port.second);
+  return {slowest, latency};
+}
+
+namespace {
+
+// The link id of (from, to) among the links made so far (per sender, its receivers and ids),
+// made when new; `made` is set when it was.
+int LinkId(std::vector<std::vector<std::pair<int, int>>>& links_from, int from, int to,
+           int& num_links, bool& made) {
+  for (const auto& [receiver, id] : links_from[from])
+    if (receiver == to) {
+      made = false;
+      return id;
+    }
+  links_from[from].push_back({to, num_links});
+  made = true;
+  return num_links++;
+}
+
+}  // namespace
+
+void CostModel::BuildChainRing(const Plan& plan, const std::vector<GroupCost>& costs,
+                               ChainRing& ring, std::vector<int>& ring_to_plan) const {
+  const int num_kv = model_.kv_heads;
+  thread_local std::vector<GroupSpan> spans;
+  thread_local std::vector<int> primaries, members;  // primaries: [ring group * num_kv + kv head]
+  ring.groups.clear();
+  ring_to_plan.clear();
+  spans.clear();
+  primaries.clear();
+  for (size_t g = 0; g < plan.groups.size(); ++g) {
+    const GroupSpan span = SpanOf(plan.groups[g]);
+    if (span.tokens == 0) continue;
+    const Ranges& tokens = plan.groups[g].tokens;
+    ring.groups.push_back({static_cast<double>(span.tokens), costs[g].seconds_per_pair,
+                           costs[g].replica_seconds_per_token,
+                           static_cast<double>(CausalPairs(tokens, tokens))});
+    ring_to_plan.push_back(static_cast<int>(g));
+    spans.push_back(span);
+    PrimaryMembers(plan.groups[g], model_.heads, num_kv, members);
+    for (int member : members)
+      primaries.push_back(member < 0 ? -1 : plan.groups[g].members[member].rank);
+  }
+  const int size = static_cast<int>(ring.groups.size());
+  auto hop_cost = [&](int from, int to) {
+    return HopSecondsPerToken(&primaries[from * num_kv], &primaries[to * num_kv]);
+  };
+  // Chains, origin by origin: every group with a causal pair in ring order, then home.
+  thread_local std::vector<std::vector<std::pair<int, int>>> links_from;
+  thread_local std::vector<std::pair<double, double>> link_cost;  // per link: per token, latency
+  links_from.assign(size, {});
+  link_cost.clear();
+  ring.num_links = 0;
+  ring.begin.assign(1, 0);
+  ring.hops.clear();
+  ring.origin_of.clear();
+  for (int origin = 0; origin < size; ++origin) {
+    const double tokens = ring.groups[origin].tokens;
+    int from = origin;
+    for (int distance = 1; distance < size; ++distance) {
+      const int to = (origin + distance) % size;
+      if (spans[to].last < spans[origin].first) continue;  // no causal pair
+      bool made = false;
+      const int link = LinkId(links_from, from, to, ring.num_links, made);
+      if (made) link_cost.push_back(hop_cost(from, to));
+      const auto [per_token, latency] = link_cost[link];
+      const double pairs = static_cast<double>(CausalPairs(
+          plan.groups[ring_to_plan[to]].tokens, plan.groups[ring_to_plan[origin]].tokens));
+      ring.hops.push_back({to, link, tokens * per_token, latency, pairs});
+      ring.origin_of.push_back(origin);
+      from = to;
+    }
+    if (from != origin) {  // the dK/dV total, home
+      const auto [per_token, latency] = hop_cost(from, origin);
+      ring.hops.push_back({origin, -1, tokens * per_token, latency, 0.0});
+      ring.origin_of.push_back(origin);
+    }
+    ring.begin.push_back(static_cast<int>(ring.hops.size()));
+  }
+  // The order links send in: by ring distance, then origin (a counting sort of the visiting hops).
+  thread_local std::vector<int> by_distance;
+  by_distance.assign(size + 1, 0);
+  auto distance_of = [&](int hop) {
+    return (ring.hops[hop].to - ring.origin_of[hop] + size) % size;
+  };
+  for (int origin = 0; origin < size; ++origin)
+    for (int hop = ring.begin[origin]; hop + 1 < ring.begin[origin + 1]; ++hop)
+      ++by_distance[distance_of(hop) + 1];
+  for (int distance = 0; distance < size; ++distance)
+    by_distance[distance + 1] += by_distance[distance];
+  ring.send_order.assign(by_distance[size], -1);
+  for (int origin = 0; origin < size; ++origin)
+    for (int hop = ring.begin[origin]; hop + 1 < ring.begin[origin + 1]; ++hop)
+      ring.send_order[by_distance[distance_of(hop)]++] = hop;
+}
+
+ChainBounds CostModel::RingChainBounds(const Plan& plan,
+                                       const std::vector<GroupCost>& groups) const {
+  thread_local ChainRing ring;
+  thread_local std::vector<int> ring_to_plan;
+  thread_local std::vector<double> local_fwd, local_bwd;
+  BuildChainRing(plan, groups, ring, ring_to_plan);
+  local_fwd.clear();
+  local_bwd.clear();
+  for (int plan_index : ring_to_plan) {
+    local_fwd.push_back(groups[plan_index].local_fwd);
+    local_bwd.push_back(groups[plan_index].local_bwd);
+  }
+  return SteadyChainBounds(ring, local_fwd, local_bwd, k_.attention_backward_factor);
 }
 
 PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& groups) const {

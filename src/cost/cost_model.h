@@ -7,7 +7,8 @@
 // Per layer, per group k (members r, tokens Sigma_k, heads eta_r), time runs in two alternating
 // phases that each wait for the slowest group:
 //   local  = reverse all-to-all (O) + linear layers on s_r tokens + all-to-all (Q, K, V)
-//   ring   = sub-ring attention: max(attention compute, KV transfer chain) + last block
+//   ring   = sub-ring attention: max(attention compute, busiest port + last block, the blocks'
+//            chains in steady state (RingChainBounds))
 // Backward: linear 2x, attention 2.5x, all-to-all bytes the same; K/V go round again and each
 // block's dK/dV sum travels along its chain to the owner (the layer schedule's policy), on the
 // same per-rank ports (NVLink / NIC, send / receive). Sub-ring bytes and links are the schedule's
@@ -31,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "cost/ring_chain.h"
 #include "plan/plan.h"
 #include "spec/cluster.h"
 #include "spec/model.h"
@@ -88,10 +90,10 @@ struct GroupCost {
   double local_bwd = 0, ring_bwd = 0;  // backward phases
   double recompute = 0;                // selective recompute: the MLP forward again
   double lin_fwd = 0, a2a = 0, attn_compute_fwd = 0, ring_comm_fwd = 0;  // slowest member's parts
-  // Store-and-forward chain inputs (combined over groups by Combine): seconds per token of block
-  // on the slowest incoming ring link of this group, that link's latency, and the largest
-  // compute on one final block.
-  double chain_seconds_per_token = 0, chain_latency = 0, last_block_fwd = 0;
+  // Inputs of the blocks' chains (RingChainBounds, in Combine): the slowest member's forward
+  // attention seconds per causal (query, key) pair, and the seconds per token of block in which
+  // the primaries copy a visiting block to the slowest-fed replica (0 without replicas).
+  double seconds_per_pair = 0, replica_seconds_per_token = 0;
   double head_seconds = 0;  // LM head fwd + bwd for the group's slowest member
   double max_memory_fraction = 0;
   int worst_memory_rank = -1;
@@ -109,7 +111,7 @@ struct PlanCost {
   // Per-iteration totals of each phase (the slowest group per phase, summed over layers).
   double local_seconds = 0, ring_seconds = 0, recompute_seconds = 0, head_seconds = 0,
          grad_sync_seconds = 0;
-  double ring_chain_seconds = 0;  // per layer: the largest block's store-and-forward chain
+  double ring_chain_seconds = 0;  // per layer, forward: the last K/V block's arrival (chains)
   // Per replica, its busy time: its sequences' compute and communication, before the exposed
   // gradient sync (the iteration is the largest of these + grad_sync_seconds).
   std::vector<double> replica_busy_seconds;
@@ -137,9 +139,9 @@ class CostModel {
   GroupCost EvaluateGroup(const Plan& plan, int group, const RingContext& ring) const;
   // Combines group costs (one per plan group, in plan order) into the plan's cost.
   PlanCost Combine(const Plan& plan, const std::vector<GroupCost>& groups) const;
-  // The store-and-forward chain of the largest block, which bounds both ring phases from below
-  // (Combine and the scheduler's incremental score): forward >= seconds + last block, backward >=
-  // seconds + backward factor x last block; `bounds` is false with fewer than two active groups.
+  // The blocks' chains' floor on both ring phases, per layer (RingChainBounds; Combine and the
+  // scheduler's incremental score both apply it): `seconds` is the latest block arrival;
+  // `bounds` is false for a ring of one group.
   struct RingChain {
     bool bounds = false;
     double seconds = 0;
@@ -251,6 +253,19 @@ class CostModel {
 
   double LinearForwardFlopsPerToken() const;  // all layers' GEMMs per token, one layer
   double KvBytesPerTokenPerKvHead() const;    // K and V, one KV head
+  // The ring phase as the blocks' chains allow it, per layer (forward, backward; 0 for a ring
+  // of one group): the steady-state recurrence of cost/ring_chain.h over the schedule's chains,
+  // hop costs from HopSecondsPerToken.
+  ChainBounds RingChainBounds(const Plan& plan, const std::vector<GroupCost>& groups) const;
+  // The plan's ring as the recurrence walks it, into `ring` (reused storage); `ring_to_plan`:
+  // the plan group index of each ring group.
+  void BuildChainRing(const Plan& plan, const std::vector<GroupCost>& groups, ChainRing& ring,
+                      std::vector<int>& ring_to_plan) const;
+  // Seconds per token of block, and the latency, of a K/V (or dK/dV) hop between two groups:
+  // every KV head goes primary to primary (world ranks per KV head, -1: none), the hop as slow
+  // as its busiest send or receive port.
+  std::pair<double, double> HopSecondsPerToken(const int* from_primaries,
+                                               const int* to_primaries) const;
   // Several replicas: each scored as a one-replica plan, then the sync over all participants.
   PlanCost EvaluateReplicas(const Plan& plan) const;
   // Sync rounds of an iteration: under ZeRO-3 the sequences of the busiest replica, else 1.

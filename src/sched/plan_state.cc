@@ -13,6 +13,9 @@ constexpr int kPhases = 5;        // local fwd, ring fwd, local bwd, ring bwd, L
 constexpr int kTiedPerPhase = 3;  // bottleneck groups considered per phase when several tie
 // When the largest group changes size, groups above this memory fraction are re-scored at once.
 constexpr double kMemoryRecheckFraction = 0.8;
+// A trial skips the ring chain's floor only when its score without it exceeds the cutoff by more
+// than this (relative; Less's own tolerance is 1e-12).
+constexpr double kCutoffMargin = 1e-9;
 
 double Pow8(double x) {
   const double x2 = x * x, x4 = x2 * x2;
@@ -134,14 +137,15 @@ bool LayoutFromPlan(const Plan& plan, Layout& layout) {
   return front == back;
 }
 
-PlanState::PlanState(const CostModel& model, Layout layout)
-    : model_(model), layout_(std::move(layout)) {
+PlanState::PlanState(const CostModel& model, Layout layout, const Objective* cutoff)
+    : model_(model), layout_(std::move(layout)), cutoff_(cutoff) {
   plan_ = BuildPlan(model_, layout_, "hexiseq", "");
   RecomputePositions();
   // The raw gradient-synchronization time, none of it hidden.
   sync_seconds_ = model_.GradSyncTotalSeconds(plan_);
   EvaluateAll();
   Renormalize();
+  cutoff_ = nullptr;
 }
 
 void PlanState::RecomputePositions() {
@@ -169,6 +173,19 @@ void PlanState::EvaluateAll() {
   ComputeScore();
 }
 
+double PlanState::IterationOf(const double maxima[], double selective) const {
+  const Workload& w = model_.workload();
+  const double layers = model_.model().layers * w.batch;
+  const double fwd = maxima[0] + maxima[1];
+  const double recompute = w.recompute == Recompute::kFull        ? fwd
+                           : w.recompute == Recompute::kSelective ? selective
+                                                                  : 0.0;
+  const double busy = layers * (maxima[0] + maxima[2]) + layers * (maxima[1] + maxima[3]) +
+                      layers * recompute + w.batch * maxima[4];
+  const double grad = std::max(sync_seconds_ / model_.model().layers, sync_seconds_ - busy);
+  return busy + grad;
+}
+
 void PlanState::ComputeScore() {
   double maxima[kPhases] = {0, 0, 0, 0, 0};
   double selective = 0, worst_fraction = 0;
@@ -181,43 +198,47 @@ void PlanState::ComputeScore() {
     worst_fraction = std::max(worst_fraction, cost.max_memory_fraction);
     if (cost.max_memory_fraction > 1.0) feasible = false;
   }
-  // Mirrors CostModel::Combine, the ring chain's floor on both ring phases included.
-  const CostModel::RingChain chain = model_.RingChainOf(plan_, costs_);
-  if (chain.bounds) {
-    maxima[1] = std::max(maxima[1], chain.ring_fwd_floor);
-    maxima[3] = std::max(maxima[3], chain.ring_bwd_floor);
+  // Mirrors CostModel::Combine, the ring chain's floor on both ring phases included. The floor
+  // only adds time, so a trial whose score without it already loses to the cutoff (Try) loses
+  // with it too, and the floor (O(ring groups^2)) is not computed.
+  iteration_ = IterationOf(maxima, selective);
+  const bool loses =
+      cutoff_ != nullptr &&
+      (!feasible || (cutoff_->feasible && iteration_ > cutoff_->primary * (1 + kCutoffMargin)));
+  if (!loses) {
+    const CostModel::RingChain chain = model_.RingChainOf(plan_, costs_);
+    if (chain.bounds) {
+      maxima[1] = std::max(maxima[1], chain.ring_fwd_floor);
+      maxima[3] = std::max(maxima[3], chain.ring_bwd_floor);
+      iteration_ = IterationOf(maxima, selective);
+    }
   }
-  const Workload& w = model_.workload();
-  const double layers = model_.model().layers * w.batch;
-  const double fwd = maxima[0] + maxima[1];
-  const double recompute = w.recompute == Recompute::kFull        ? fwd
-                           : w.recompute == Recompute::kSelective ? selective
-                                                                  : 0.0;
-  const double busy = layers * (maxima[0] + maxima[2]) + layers * (maxima[1] + maxima[3]) +
-                      layers * recompute + w.batch * maxima[4];
-  const double grad = std::max(sync_seconds_ / model_.model().layers, sync_seconds_ - busy);
-  iteration_ = busy + grad;
 
-  const double full = w.recompute == Recompute::kFull ? 1.0 : 0.0;
-  const double mult[kPhases] = {layers * (1 + full), layers * (1 + full), layers, layers,
-                                static_cast<double>(w.batch)};
   score_.feasible = feasible;
+  score_.primary = feasible ? iteration_ : worst_fraction;
+  score_.secondary = Spread(feasible);
+}
+
+double PlanState::Spread(bool feasible) const {
   double spread = 0;
   if (feasible) {
-    score_.primary = iteration_;
+    const Workload& w = model_.workload();
+    const double layers = model_.model().layers * w.batch;
+    const double full = w.recompute == Recompute::kFull ? 1.0 : 0.0;
+    const double mult[kPhases] = {layers * (1 + full), layers * (1 + full), layers, layers,
+                                  static_cast<double>(w.batch)};
     for (const GroupCost& cost : costs_) {
       double t[kPhases];
       PhaseTimes(cost, t);
       for (int p = 0; p < kPhases; ++p) spread += mult[p] * norm_[p] * Pow8(t[p] / norm_[p]);
     }
   } else {
-    score_.primary = worst_fraction;
     // Per rank, so that members of one group tied at the maximum can be relieved one at a time.
     for (const GroupCost& cost : costs_)
       for (const RankCost& rc : cost.members)
         spread += Pow8(rc.memory_bytes / rc.memory_capacity_bytes);
   }
-  score_.secondary = spread;
+  return spread;
 }
 
 void PlanState::Renormalize() {
@@ -228,7 +249,7 @@ void PlanState::Renormalize() {
     for (int p = 0; p < kPhases; ++p) maxima[p] = std::max(maxima[p], t[p]);
   }
   for (int p = 0; p < kPhases; ++p) norm_[p] = maxima[p] > 0 ? maxima[p] : 1.0;
-  ComputeScore();
+  score_.secondary = Spread(score_.feasible);  // the primary does not depend on the norms
 }
 
 std::vector<int> PlanState::BottleneckGroups() const {
@@ -414,8 +435,10 @@ void PlanState::Restore(Saved& saved) {
 
 bool PlanState::Apply(const Move& move) { return Mutate(move, saved_); }
 
-Objective PlanState::Try(const Move& move, bool& legal) {
+Objective PlanState::Try(const Move& move, bool& legal, const Objective* cutoff) {
+  cutoff_ = cutoff;
   legal = Mutate(move, saved_);
+  cutoff_ = nullptr;
   if (!legal) return score_;
   const Objective result = score_;
   Restore(saved_);
@@ -451,7 +474,7 @@ int64_t Descend(PlanState& state, int64_t max_trials, const std::function<bool()
     double best_factor = 0;
     auto consider = [&](const Move& move, double factor) {
       bool legal = false;
-      const Objective s = state.Try(move, legal);
+      const Objective s = state.Try(move, legal, &best);
       ++trials;
       if (legal && Less(s, best)) {
         best = s;

@@ -62,7 +62,9 @@ struct Move {
 
 class PlanState {
  public:
-  PlanState(const CostModel& model, Layout layout);
+  // With a `cutoff`, score() is exact only when it could be Less than the cutoff (as for Try);
+  // such a state is for reading score() only.
+  PlanState(const CostModel& model, Layout layout, const Objective* cutoff = nullptr);
 
   const Layout& layout() const { return layout_; }
   const Plan& plan() const { return plan_; }
@@ -73,8 +75,10 @@ class PlanState {
 
   // Applies the move if it is legal; returns false (and changes nothing) when it is not.
   // Try: applies, scores, undoes; returns the score it would have (legal == false: not legal).
+  // With a `cutoff`, a score that cannot be Less than it may be returned without the ring
+  // chain's floor (still not Less than the cutoff; the floor only adds time).
   bool Apply(const Move& move);
-  Objective Try(const Move& move, bool& legal);
+  Objective Try(const Move& move, bool& legal, const Objective* cutoff = nullptr);
 
   // Phase-bottleneck groups (slowest in each phase, the worst memory group when infeasible),
   // deduplicated, in a fixed order.
@@ -101,6 +105,10 @@ class PlanState {
   void RecomputePositions();
   void EvaluateAll();
   void ComputeScore();
+  // The iteration time from the phase maxima (kPhases of them), as CostModel::Combine sums it.
+  double IterationOf(const double maxima[], double selective) const;
+  // The score's tie-break term (normalized by norm_): phase times when feasible, else memory.
+  double Spread(bool feasible) const;
 
   const CostModel& model_;
   Saved saved_;               // scratch for Try and Apply (buffers reused across trials)
@@ -114,6 +122,7 @@ class PlanState {
   double norm_[6] = {1, 1, 1, 1, 1, 1};
   Objective score_;
   double iteration_ = 0;
+  const Objective* cutoff_ = nullptr;  // during Try, and while a cutoff constructor scores
 };
 
 }  // namespace hexiseq::sched_internal

@@ -206,7 +206,7 @@ Layout ClassSearch(const CostModel& model, Layout layout, int max_evaluations, c
           Layout trial = build(f, front);
           if (trial.empty()) continue;
           ++evaluations;
-          const Objective s = PlanState(model, trial).score();
+          const Objective s = PlanState(model, trial, &best).score();
           if (Less(s, best)) {
             best = s;
             factor = f;
@@ -228,7 +228,7 @@ Layout ClassSearch(const CostModel& model, Layout layout, int max_evaluations, c
           Layout trial = build(factor, fr);
           if (trial.empty()) continue;
           ++evaluations;
-          const Objective s = PlanState(model, trial).score();
+          const Objective s = PlanState(model, trial, &best).score();
           if (Less(s, best)) {
             best = s;
             front = fr;

@@ -76,7 +76,7 @@ double LatencyOnce(const Cluster& cluster, std::vector<LatencyKey>& seen, Latenc
 struct CostModel::GroupScratch {
   std::vector<int64_t> s;
   std::vector<int> h, kv;
-  std::vector<double> s_d, h_d, kv_d, lin, a2a, replica_copy;
+  std::vector<double> s_d, h_d, kv_d, lin, a2a, replica_copy, ring_chain;
   std::vector<double> kv_ports, return_ports;  // [member * kPorts + port] seconds
   std::vector<uint8_t> needs;  // [member * num_kv + kv head]: the member holds a query head of it
   std::vector<int> mine;
@@ -550,9 +550,13 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
   // replica_copy: per member, seconds per token of block of the copies it receives from its
   // primaries (the chains' arrival at a replica, RingChainBounds).
   std::vector<double>& replica_copy = scratch.replica_copy;
+  // ring_chain: seconds per token of block on each primary's incoming ring link (the averaged
+  // chain of rings too long for the recurrence, RingChainOf).
+  std::vector<double>& ring_chain = scratch.ring_chain;
   kv_ports.assign(m * kPorts, 0);
   return_ports.assign(m * kPorts, 0);
   replica_copy.assign(m, 0);
+  ring_chain.assign(m, 0);
   if (steps <= 1) return;
 
   std::vector<int>& mine_member = scratch.mine;
@@ -575,9 +579,13 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
     for (const PeerTraffic& peer : traffic.kv_from) {
       const int before = PeerPrimary(plan, peer.group, g, scratch);
       if (before < 0 || before == mine) continue;
+      const double bandwidth = cluster_.Bandwidth(before, mine);
       ChargePorts(cluster_, kv_ports, -1, p, before, mine,
-                  link_latency(before, mine, peer.blocks) +
-                      peer.tokens * per_token / cluster_.Bandwidth(before, mine));
+                  link_latency(before, mine, peer.blocks) + peer.tokens * per_token / bandwidth);
+      if (peer.group == ring.prev) {
+        ring_chain[p] += per_token / bandwidth;
+        out.chain_latency = std::max(out.chain_latency, cluster_.Latency(before, mine));
+      }
     }
     for (const PeerTraffic& peer : traffic.kv_to) {
       const int after = PeerPrimary(plan, peer.group, g, scratch);
@@ -649,6 +657,7 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
   const std::vector<double>& a2a = scratch.a2a;
   const std::vector<double>& kv_ports = scratch.kv_ports;
   const std::vector<double>& return_ports = scratch.return_ports;
+  const std::vector<double>& ring_chain = scratch.ring_chain;
   const double mlp_fraction = model_.MlpParams() / model_.LayerGemmParams();
   const int64_t causal_pairs = CausalPrefixPairs(group.tokens);
   const int64_t diag_pairs = CausalPairs(group.tokens, group.tokens);
@@ -666,6 +675,7 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
       comm_bwd = std::max(comm_bwd, kv_ports[i * kPorts + port] + return_ports[i * kPorts + port]);
       returns = std::max(returns, return_ports[i * kPorts + port]);
     }
+    out.chain_seconds_per_token = std::max(out.chain_seconds_per_token, ring_chain[i]);
     out.seconds_per_pair =
         std::max(out.seconds_per_pair,
                  AttentionForwardFlops(model_.head_dim, h[i], 1.0) / dev.AttentionFlops());
@@ -674,6 +684,7 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
       const double last = (compute - first) / (steps - 1);
       const double last_return = returns / (steps - 1);
       fwd = std::max(compute, comm + last);
+      out.last_block_fwd = std::max(out.last_block_fwd, last);
       // Backward: every block's compute, then the last block's dK/dV leaving; or the busiest
       // port's K/V and dK/dV traffic, but for that last sum (it can only leave once its block is
       // computed), then the last block's compute and that sum.
@@ -761,12 +772,42 @@ std::vector<std::vector<double>> CostModel::AllToAllBytes(const PlanGroup& group
 
 CostModel::RingChain CostModel::RingChainOf(const Plan& plan,
                                             const std::vector<GroupCost>& groups) const {
-  const ChainBounds chains = RingChainBounds(plan, groups);
+  int active = 0;
+  for (size_t g = 0; g < groups.size(); ++g)
+    if (TotalTokens(plan.groups[g].tokens) > 0) ++active;
   RingChain out;
+  if (active <= 1) return out;
+  if (active > kChainRecurrenceMaxGroups) return AveragedChain(plan, groups);
+  const ChainBounds chains = RingChainBounds(plan, groups);
   out.bounds = chains.fwd > 0 || chains.bwd > 0;
   out.seconds = chains.latest_arrival;
   out.ring_fwd_floor = chains.fwd;
   out.ring_bwd_floor = chains.bwd;
+  return out;
+}
+
+CostModel::RingChain CostModel::AveragedChain(const Plan& plan,
+                                              const std::vector<GroupCost>& groups) const {
+  // The largest block crosses every ring link but the one into its own group (K - 1 of K), one
+  // message per hop, at the average of the groups' slowest incoming links.
+  int active = 0;
+  int64_t max_tokens = 0;
+  double chain_per_token = 0, chain_latency = 0, last_block = 0;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    last_block = std::max(last_block, groups[g].last_block_fwd);
+    const int64_t tokens = TotalTokens(plan.groups[g].tokens);
+    if (tokens == 0) continue;
+    ++active;
+    max_tokens = std::max(max_tokens, tokens);
+    chain_per_token += groups[g].chain_seconds_per_token;
+    chain_latency = std::max(chain_latency, groups[g].chain_latency);
+  }
+  RingChain out;
+  out.bounds = true;
+  out.seconds = static_cast<double>(max_tokens) * chain_per_token * (active - 1) / active +
+                (active - 1) * chain_latency;
+  out.ring_fwd_floor = out.seconds + last_block;
+  out.ring_bwd_floor = out.seconds + k_.attention_backward_factor * last_block;
   return out;
 }
 

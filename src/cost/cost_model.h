@@ -8,7 +8,7 @@
 // phases that each wait for the slowest group:
 //   local  = reverse all-to-all (O) + linear layers on s_r tokens + all-to-all (Q, K, V)
 //   ring   = sub-ring attention: max(attention compute, busiest port + last block, the blocks'
-//            chains in steady state (RingChainBounds))
+//            chains in steady state (RingChainOf))
 // Backward: linear 2x, attention 2.5x, all-to-all bytes the same; K/V go round again and each
 // block's dK/dV sum travels along its chain to the owner (the layer schedule's policy), on the
 // same per-rank ports (NVLink / NIC, send / receive). Sub-ring bytes and links are the schedule's
@@ -94,6 +94,10 @@ struct GroupCost {
   // attention seconds per causal (query, key) pair, and the seconds per token of block in which
   // the primaries copy a visiting block to the slowest-fed replica (0 without replicas).
   double seconds_per_pair = 0, replica_seconds_per_token = 0;
+  // Inputs of the averaged chain (rings of more than kChainRecurrenceMaxGroups groups): seconds
+  // per token of block on the slowest incoming ring link, its latency, and the largest compute
+  // on one final block.
+  double chain_seconds_per_token = 0, chain_latency = 0, last_block_fwd = 0;
   double head_seconds = 0;  // LM head fwd + bwd for the group's slowest member
   double max_memory_fraction = 0;
   int worst_memory_rank = -1;
@@ -139,14 +143,18 @@ class CostModel {
   GroupCost EvaluateGroup(const Plan& plan, int group, const RingContext& ring) const;
   // Combines group costs (one per plan group, in plan order) into the plan's cost.
   PlanCost Combine(const Plan& plan, const std::vector<GroupCost>& groups) const;
-  // The blocks' chains' floor on both ring phases, per layer (RingChainBounds; Combine and the
-  // scheduler's incremental score both apply it): `seconds` is the latest block arrival;
+  // The blocks' chains' floor on both ring phases, per layer (Combine and the scheduler's
+  // incremental score both apply it): for rings of up to kChainRecurrenceMaxGroups groups the
+  // steady-state recurrence (RingChainBounds), `seconds` the latest block arrival; for longer
+  // rings, whose recurrence costs O(groups^2) per evaluation, the largest block's
+  // store-and-forward chain averaged over the ring links (AveragedChain), `seconds` that chain.
   // `bounds` is false for a ring of one group.
   struct RingChain {
     bool bounds = false;
     double seconds = 0;
     double ring_fwd_floor = 0, ring_bwd_floor = 0;
   };
+  static constexpr int kChainRecurrenceMaxGroups = 64;
   RingChain RingChainOf(const Plan& plan, const std::vector<GroupCost>& groups) const;
 
   // The aggregate-compute bound: the least time in which the cluster's devices could do the
@@ -266,6 +274,9 @@ class CostModel {
   // as its busiest send or receive port.
   std::pair<double, double> HopSecondsPerToken(const int* from_primaries,
                                                const int* to_primaries) const;
+  // The averaged chain floor: (K - 1) / K x the largest block's tokens x the sum of the groups'
+  // slowest incoming links, plus K - 1 latencies, then the last block's compute.
+  RingChain AveragedChain(const Plan& plan, const std::vector<GroupCost>& groups) const;
   // Several replicas: each scored as a one-replica plan, then the sync over all participants.
   PlanCost EvaluateReplicas(const Plan& plan) const;
   // Sync rounds of an iteration: under ZeRO-3 the sequences of the busiest replica, else 1.

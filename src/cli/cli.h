@@ -16,11 +16,15 @@ using Actions = std::map<const CLI::App*, std::function<int()>>;
 
 // Prints "hexiseq: <message>" to stderr and returns the exit code for the error's kind.
 int ReportError(const Error& error);
+// `exit_code`, or 1 when the results could not be written to stdout.
+int FlushResults(int exit_code);
+// Parses argv, runs the chosen subcommand's action; CLI11's usage errors exit 2.
+int RunApp(CLI::App& app, const Actions& actions, int argc, char** argv);
 
 void AddPlanningCommands(CLI::App& app, Actions& actions);  // plan, compare, validate, explain
 void AddSimulateCommand(CLI::App& app, Actions& actions);   // simulate
 void AddRuntimeCommands(CLI::App& app, Actions& actions);   // attn-check
-void AddTrainCommand(CLI::App& app, Actions& actions);      // train
+void AddTrainCommand(CLI::App& app, Actions& actions);      // train (hexiseq-train only)
 void AddReportCommand(CLI::App& app, Actions& actions);     // report
 void AddCalibrateCommand(CLI::App& app, Actions& actions);  // calibrate
 

@@ -131,7 +131,7 @@ class FillLevels {
 };
 
 struct ReadyCompute {
-  uint64_t priority;
+  uint32_t priority;
   int op;
   bool operator>(const ReadyCompute& o) const {
     return priority != o.priority ? priority > o.priority : op > o.op;

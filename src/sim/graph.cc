@@ -15,11 +15,14 @@ constexpr int64_t kLseBytes = kFp32Bytes;  // log-sum-exp values stay fp32 in ev
 
 int64_t Ns(double seconds) { return std::llround(seconds * 1e9); }
 
-// Priority keys: smaller runs first among a rank's ready compute ops.
+// Priority keys: smaller runs first among a rank's ready compute ops. They order the ops of one
+// pass: a rank's ops of the next pass depend on its last op of this one, so ops of two passes are
+// never ready on a rank at once.
 enum Stage : int { kStageBefore = 0, kStageAttention = 1, kStageAfter = 2 };
-uint64_t Priority(int pass_index, int stage, int step) {
-  return (static_cast<uint64_t>(pass_index) << 40) | (static_cast<uint64_t>(stage) << 32) |
-         static_cast<uint64_t>(step);
+constexpr int kStageShift = 30;
+uint32_t Priority(int stage, int step) {
+  HEXISEQ_CHECK(step >= 0 && step < (1 << kStageShift), "priority step out of range");
+  return (static_cast<uint32_t>(stage) << kStageShift) | static_cast<uint32_t>(step);
 }
 
 // (key, op) pairs of one rank, sorted by key for lookup; the key is an origin ring position, or
@@ -69,7 +72,7 @@ class Builder {
     std::vector<OriginOps> attention;  // per rank: attention ops by the block's ring distance
   };
 
-  int Compute(OpLabel label, int rank, double seconds, uint64_t priority, int arg = -1);
+  int Compute(OpLabel label, int rank, double seconds, uint32_t priority, int arg = -1);
   int Message(OpLabel label, int from, int to, double bytes, int arg = -1);
   int Marker(int rank);
   void Dep(int before, int after) {
@@ -135,11 +138,10 @@ class Builder {
   int num_ranks_ = 0;
   sim::Pass pass_ = sim::Pass::kForward;
   int layer_ = 0;
-  int pass_index_ = 0;
   std::vector<int> prev_end_;  // per rank
 };
 
-int Builder::Compute(OpLabel label, int rank, double seconds, uint64_t priority, int arg) {
+int Builder::Compute(OpLabel label, int rank, double seconds, uint32_t priority, int arg) {
   Op op;
   op.pass = pass_;
   op.layer = layer_;
@@ -187,19 +189,19 @@ void Builder::GemmsBefore(Direction direction, PassOps& ops) {
     int last = prev_end_[rank];
     if (direction == Direction::kForward) {
       const int qkv = Compute(OpLabel::kLinearPre, rank, GemmSeconds(rank, qkv_params_),
-                              Priority(pass_index_, kStageBefore, 0));
+                              Priority(kStageBefore, 0));
       Dep(last, qkv);
       last = qkv;
     } else {
       if (selective) {
         const int mlp = Compute(OpLabel::kRecomputeMlp, rank, GemmSeconds(rank, mlp_params_),
-                                Priority(pass_index_, kStageBefore, 0));
+                                Priority(kStageBefore, 0));
         Dep(last, mlp);
         last = mlp;
       }
       const int post = Compute(OpLabel::kLinearPost, rank,
                                constants.linear_backward_factor * GemmSeconds(rank, post_params_),
-                               Priority(pass_index_, kStageBefore, 1));
+                               Priority(kStageBefore, 1));
       Dep(last, post);
       last = post;
     }
@@ -333,7 +335,7 @@ void Builder::AttentionOps(Direction direction, PassOps& ops) {
       auto add_block = [&](int origin, int64_t pairs, int order) {
         const int op =
             Compute(OpLabel::kAttention, rank, factor * AttentionSeconds(rank, query_heads, pairs),
-                    Priority(pass_index_, kStageAttention, order), origin);
+                    Priority(kStageAttention, order), origin);
         Dep(ops.local_in[rank], op);
         Dep(op, ops.ring_done[rank]);
         // Added by increasing distance (own block first, then by arrival): sorted.
@@ -405,7 +407,7 @@ void Builder::GemmsAfter(Direction direction, PassOps& ops) {
   for (int rank : ActiveRanks()) {
     const int op = Compute(forward ? OpLabel::kLinearPost : OpLabel::kLinearPre, rank,
                            factor * GemmSeconds(rank, forward ? post_params_ : qkv_params_),
-                           Priority(pass_index_, kStageAfter, 0));
+                           Priority(kStageAfter, 0));
     Dep(ops.local_out[rank], op);
     prev_end_[rank] = op;
   }
@@ -535,7 +537,6 @@ PassMarks Builder::AddPass(int index, Engine& engine, const std::vector<int64_t>
   const PassSpec& spec = passes_[index];
   pass_ = spec.pass;
   layer_ = spec.layer;
-  pass_index_ = index;
   if (start_ns != nullptr) {
     for (int rank : ActiveRanks()) {
       prev_end_[rank] = Marker(rank);

@@ -151,6 +151,8 @@ class Execution {
     // The successor lists now hold the edges; a caller that will not run again frees its list
     // before the run's arrays are allocated.
     if (free_edges != nullptr) std::vector<std::pair<int, int>>().swap(*free_edges);
+    pending_.assign(ops_.size(), 0);
+    for (int after : succ_) ++pending_[after];
     // A release is one more dependency, met by a timer event.
     for (const auto& [op, ns] : releases) {
       ++pending_[op];
@@ -195,8 +197,9 @@ class Execution {
   EngineResult result_;
   int64_t completed_ = 0;
 
-  std::vector<int> pending_, first_, succ_;  // dependency counts; successor lists (CSR)
-  std::vector<int> work_;                    // ops done at the current instant, to release
+  std::vector<int> first_, succ_;  // successor lists (CSR)
+  std::vector<int> pending_;       // dependencies not met yet
+  std::vector<int> work_;          // ops done at the current instant, to release
 
   std::priority_queue<Event, std::vector<Event>, EventAfter> events_;
   uint64_t seq_ = 0;
@@ -228,13 +231,9 @@ class Execution {
 
 void Execution::BuildSuccessors(const std::vector<std::pair<int, int>>& edges) {
   const size_t num_ops = ops_.size();
-  pending_.assign(num_ops, 0);
   first_.assign(num_ops + 1, 0);
   succ_.resize(edges.size());
-  for (const auto& [before, after] : edges) {
-    ++first_[before + 1];
-    ++pending_[after];
-  }
+  for (const auto& edge : edges) ++first_[edge.first + 1];
   for (size_t op = 0; op < num_ops; ++op) first_[op + 1] += first_[op];
   // Filled from the back, each list's end moving down to its start: the lists keep the edges'
   // order without a second array of positions.

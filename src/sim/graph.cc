@@ -270,19 +270,25 @@ void Builder::KvMessages(Direction direction, PassOps& ops) {
   SortByOrigin(ops.arrivals);
 }
 
-// Sorts `sends` as operator< does: a stable counting sort by sender, then each sender's sends by
+// Sorts `sends` as operator< does, in place: sends are swapped into their sender's range (the
+// order inside a range is lost, but the op ids make the key unique), then each range is sorted by
 // the rest of the key (many short sorts instead of one long one).
 void Builder::SortBySender(std::vector<LinkSend>& sends) const {
   std::vector<size_t> first(num_ranks_ + 1, 0);
   for (const LinkSend& send : sends) ++first[send.from + 1];
   for (int rank = 0; rank < num_ranks_; ++rank) first[rank + 1] += first[rank];
-  std::vector<LinkSend> sorted(sends.size());
   std::vector<size_t> next(first.begin(), first.end() - 1);
-  for (const LinkSend& send : sends) sorted[next[send.from]++] = send;
   for (int rank = 0; rank < num_ranks_; ++rank)
-    std::sort(sorted.begin() + static_cast<std::ptrdiff_t>(first[rank]),
-              sorted.begin() + static_cast<std::ptrdiff_t>(first[rank + 1]));
-  sends.swap(sorted);
+    while (next[rank] < first[rank + 1]) {
+      LinkSend& send = sends[next[rank]];
+      if (send.from == rank)
+        ++next[rank];
+      else
+        std::swap(send, sends[next[send.from]++]);
+    }
+  for (int rank = 0; rank < num_ranks_; ++rank)
+    std::sort(sends.begin() + static_cast<std::ptrdiff_t>(first[rank]),
+              sends.begin() + static_cast<std::ptrdiff_t>(first[rank + 1]));
 }
 
 // A rank sends the K/V blocks it forwards over one link in the order they reached it (one
@@ -461,6 +467,7 @@ void Builder::BuildPass(Direction direction, PassMarks& marks) {
   AllToAll(direction, /*inbound=*/true, ops);
   KvMessages(direction, ops);
   AttentionOps(direction, ops);
+  std::vector<OriginOps>().swap(ops.arrivals);  // read by the attention ops only
   // A rank's ring phase ends when its own sends have left too (the runtime waits on them before
   // reusing the buffers), so the next pass never shares a link with this one's backlog.
   JoinLastPerLink(kv_sends_, ops.ring_done, /*receiver_too=*/false);

@@ -55,24 +55,22 @@ const char* PassName(Pass pass) {
 
 namespace {
 
-// Event classes at one instant: completions first, then the fair-share rebalance, then the
-// compute streams pick their next operation. This makes a timestamp's outcome independent of
-// the order in which its completions are processed.
-enum EventClass : uint8_t { kClassDone = 0, kClassRebalance = 1, kClassDispatch = 2 };
-enum EventType : uint8_t { kComputeDone, kFlowDone, kDelivered, kReleased, kDispatch };
+// At one instant: the completions first (events, in the order they were scheduled), then the
+// fair-share rebalance, then the compute streams pick their next operation (in the order they
+// were asked to, a queue of its own). This makes a timestamp's outcome independent of the order
+// in which its completions are processed.
+enum EventType : uint8_t { kComputeDone, kFlowDone, kDelivered, kReleased };
 
 struct Event {
   int64_t time;
   uint64_t seq;
-  int32_t id;  // op id; kFlowDone: flow slot; kDispatch: rank
+  int32_t id;  // op id; kFlowDone: flow slot
   uint32_t version;
-  EventClass cls;
   EventType type;
 };
 struct EventAfter {
   bool operator()(const Event& a, const Event& b) const {
     if (a.time != b.time) return a.time > b.time;
-    if (a.cls != b.cls) return a.cls > b.cls;
     return a.seq > b.seq;
   }
 };
@@ -107,8 +105,33 @@ struct FlowState {
   bool dirty = false;
 };
 
+// The rebalance's progressive filling, in order of (level, kind, id, version): kind 0 = a
+// resource saturates (id: the resource), 1 = a flow reaches its pair cap (id: its op, version:
+// its slot).
+using LevelEntry = std::tuple<int64_t, int, int, uint32_t>;
+
+// A min-heap over a vector that outlives it (std::priority_queue's operations on a reused
+// buffer, so a rebalance allocates nothing). Starts empty.
+class FillLevels {
+ public:
+  explicit FillLevels(std::vector<LevelEntry>& buffer) : heap_(buffer) { heap_.clear(); }
+  bool empty() const { return heap_.empty(); }
+  const LevelEntry& top() const { return heap_.front(); }
+  void push(const LevelEntry& entry) {
+    heap_.push_back(entry);
+    std::push_heap(heap_.begin(), heap_.end(), std::greater<LevelEntry>());
+  }
+  void pop() {
+    std::pop_heap(heap_.begin(), heap_.end(), std::greater<LevelEntry>());
+    heap_.pop_back();
+  }
+
+ private:
+  std::vector<LevelEntry>& heap_;
+};
+
 struct ReadyCompute {
-  uint64_t priority;
+  uint32_t priority;
   int op;
   bool operator>(const ReadyCompute& o) const {
     return priority != o.priority ? priority > o.priority : op > o.op;
@@ -128,10 +151,12 @@ class Execution {
     // The successor lists now hold the edges; a caller that will not run again frees its list
     // before the run's arrays are allocated.
     if (free_edges != nullptr) std::vector<std::pair<int, int>>().swap(*free_edges);
+    pending_.assign(ops_.size(), 0);
+    for (int after : succ_) ++pending_[after];
     // A release is one more dependency, met by a timer event.
     for (const auto& [op, ns] : releases) {
       ++pending_[op];
-      Push(ns, kClassDone, kReleased, op, 0);
+      Push(ns, kReleased, op, 0);
     }
     BuildResources();
     const int num_ranks = cluster_.num_ranks();
@@ -149,8 +174,8 @@ class Execution {
  private:
   void BuildSuccessors(const std::vector<std::pair<int, int>>& edges);
   void BuildResources();
-  void Push(int64_t time, EventClass cls, EventType type, int id, uint32_t version) {
-    events_.push(Event{time, seq_++, id, version, cls, type});
+  void Push(int64_t time, EventType type, int id, uint32_t version) {
+    events_.push(Event{time, seq_++, id, version, type});
   }
   void Advance(int rank, int64_t now);
   void MakeReady(int op_id, int64_t now);
@@ -159,8 +184,11 @@ class Execution {
   void EndMessage(int op_id, int64_t now);
   void MarkResourceDirty(int res, int64_t now);
   void Rebalance(int64_t now);
+  void RateAlone(int slot);
+  void FillRates();
   void Dispatch(int rank, int64_t now);
-  void ScheduleDispatch(int rank, int64_t now);
+  void ScheduleDispatch(int rank);
+  void Process(const Event& event, int64_t now);
   void Drain(int64_t now);
 
   const Cluster& cluster_;
@@ -169,11 +197,14 @@ class Execution {
   EngineResult result_;
   int64_t completed_ = 0;
 
-  std::vector<int> pending_, first_, succ_;  // dependency counts; successor lists (CSR)
-  std::vector<int> work_;                    // ops done at the current instant, to release
+  std::vector<int> first_, succ_;  // successor lists (CSR)
+  std::vector<int> pending_;       // dependencies not met yet
+  std::vector<int> work_;          // ops done at the current instant, to release
 
   std::priority_queue<Event, std::vector<Event>, EventAfter> events_;
   uint64_t seq_ = 0;
+  std::vector<int> dispatches_;  // ranks to dispatch at the current instant, in order
+  size_t next_dispatch_ = 0;
 
   // Per-rank compute streams and accounting.
   std::vector<
@@ -194,21 +225,21 @@ class Execution {
   std::vector<std::vector<int>> members_;
   std::vector<uint32_t> res_version_;
   std::vector<int> live_, touched_;
+  std::vector<LevelEntry> levels_;  // the rebalance's heap, reused
   int rebalance_count_ = 0;
 };
 
 void Execution::BuildSuccessors(const std::vector<std::pair<int, int>>& edges) {
   const size_t num_ops = ops_.size();
-  pending_.assign(num_ops, 0);
   first_.assign(num_ops + 1, 0);
   succ_.resize(edges.size());
-  for (const auto& [before, after] : edges) {
-    ++first_[before + 1];
-    ++pending_[after];
-  }
+  for (const auto& edge : edges) ++first_[edge.first + 1];
   for (size_t op = 0; op < num_ops; ++op) first_[op + 1] += first_[op];
-  std::vector<int> fill(first_.begin(), first_.end() - 1);
-  for (const auto& [before, after] : edges) succ_[fill[before]++] = after;
+  // Filled from the back, each list's end moving down to its start: the lists keep the edges'
+  // order without a second array of positions.
+  for (size_t op = 0; op < num_ops; ++op) first_[op] = first_[op + 1];
+  for (auto edge = edges.rbegin(); edge != edges.rend(); ++edge)
+    succ_[--first_[edge->first]] = edge->second;
 }
 
 // Per rank NVLink egress/ingress and NIC egress/ingress ports; per node NIC egress/ingress pools
@@ -247,10 +278,11 @@ void Execution::Advance(int rank, int64_t now) {
   last_ns_[rank] = now;
 }
 
-void Execution::ScheduleDispatch(int rank, int64_t now) {
+// The rank picks its next op at this instant, after its completions and rebalance.
+void Execution::ScheduleDispatch(int rank) {
   if (dispatch_pending_[rank]) return;
   dispatch_pending_[rank] = 1;
-  Push(now, kClassDispatch, kDispatch, rank, 0);
+  dispatches_.push_back(rank);
 }
 
 void Execution::MakeReady(int op_id, int64_t now) {
@@ -262,7 +294,7 @@ void Execution::MakeReady(int op_id, int64_t now) {
       break;
     case OpKind::kCompute:
       ready_[op.rank].push({op.priority, op_id});
-      ScheduleDispatch(op.rank, now);
+      ScheduleDispatch(op.rank);
       break;
     case OpKind::kMessage:
       result_.timings[op_id].start_ns = now;
@@ -363,7 +395,7 @@ void Execution::FinishFlow(const Event& event, int64_t now) {
   const int64_t latency_ns = flow.latency_ns;
   free_slots_.push_back(event.id);
   if (latency_ns > 0) {
-    Push(now + latency_ns, kClassDone, kDelivered, op_id, 0);
+    Push(now + latency_ns, kDelivered, op_id, 0);
   } else {
     EndMessage(op_id, now);
   }
@@ -391,6 +423,36 @@ void Execution::Rebalance(int64_t now) {
   }
   dirty_.clear();
   std::sort(live_.begin(), live_.end(), [&](int a, int b) { return flows_[a].op < flows_[b].op; });
+  if (live_.size() == 1)
+    RateAlone(live_.front());
+  else
+    FillRates();
+  for (int slot : live_) {
+    FlowState& flow = flows_[slot];
+    for (int side = 0; side < 2; ++side) resources_[flow.res[side]].used += flow.rate;
+    ++flow.version;
+    if (flow.rate <= 0) continue;  // starved until a flow on its resources changes
+    const double left = std::max(0.0, flow.remaining);
+    const double per_ns = static_cast<double>(flow.rate) / kRateUnitsPerBytePerNs;
+    Push(now + std::llround(left / per_ns), kFlowDone, slot, flow.version);
+  }
+}
+
+// One dirty flow: progressive filling freezes it at the lowest of its pair cap and its two
+// resources' residuals, which this takes directly.
+void Execution::RateAlone(int slot) {
+  FlowState& flow = flows_[slot];
+  int64_t rate = flow.cap;
+  for (int side = 0; side < 2; ++side) {
+    Resource& res = resources_[flow.res[side]];
+    res.used -= flow.rate;
+    rate = std::min(rate, std::max<int64_t>(0, res.capacity - res.used));
+  }
+  flow.rate = rate;
+}
+
+// Progressive filling over the live flows (sorted by op id), the other flows' rates held.
+void Execution::FillRates() {
   touched_.clear();
   for (int slot : live_)
     for (int side = 0; side < 2; ++side) {
@@ -405,9 +467,7 @@ void Execution::Rebalance(int64_t now) {
       ++unfrozen_[r];
       members_[r].push_back(slot);
     }
-  // (level, kind, id, version): kind 0 = resource saturates, 1 = flow reaches its pair cap.
-  using Entry = std::tuple<int64_t, int, int, uint32_t>;
-  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+  FillLevels heap(levels_);
   for (int r : touched_) {
     residual_[r] = std::max<int64_t>(0, resources_[r].capacity - resources_[r].used);
     heap.push({residual_[r] / unfrozen_[r], 0, r, ++res_version_[r]});
@@ -436,15 +496,6 @@ void Execution::Rebalance(int64_t now) {
     for (int slot : members_[id])
       if (flows_[slot].rate < 0) freeze(slot, level);
   }
-  for (int slot : live_) {
-    FlowState& flow = flows_[slot];
-    for (int side = 0; side < 2; ++side) resources_[flow.res[side]].used += flow.rate;
-    ++flow.version;
-    if (flow.rate <= 0) continue;  // starved until a flow on its resources changes
-    const double left = std::max(0.0, flow.remaining);
-    const double per_ns = static_cast<double>(flow.rate) / kRateUnitsPerBytePerNs;
-    Push(now + std::llround(left / per_ns), kClassDone, kFlowDone, slot, flow.version);
-  }
 }
 
 void Execution::Dispatch(int rank, int64_t now) {
@@ -455,7 +506,7 @@ void Execution::Dispatch(int rank, int64_t now) {
   Advance(rank, now);
   computing_[rank] = 1;
   result_.timings[op_id].start_ns = now;
-  Push(now + ops_[op_id].duration_ns, kClassDone, kComputeDone, op_id, 0);
+  Push(now + ops_[op_id].duration_ns, kComputeDone, op_id, 0);
 }
 
 void Execution::Drain(int64_t now) {
@@ -469,51 +520,62 @@ void Execution::Drain(int64_t now) {
   }
 }
 
+void Execution::Process(const Event& event, int64_t now) {
+  switch (event.type) {
+    case kComputeDone: {
+      const Op& op = ops_[event.id];
+      Advance(op.rank, now);
+      computing_[op.rank] = 0;
+      result_.ranks[op.rank].busy_ns += op.duration_ns;
+      result_.ranks[op.rank].last_end_ns = now;
+      work_.push_back(event.id);
+      Drain(now);
+      ScheduleDispatch(op.rank);
+      break;
+    }
+    case kFlowDone:
+      FinishFlow(event, now);
+      break;
+    case kDelivered:
+      EndMessage(event.id, now);
+      break;
+    case kReleased:
+      if (--pending_[event.id] == 0) MakeReady(event.id, now);
+      Drain(now);
+      break;
+  }
+}
+
 EngineResult Execution::Run() {
   const int num_ops = static_cast<int>(ops_.size());
   for (int op = 0; op < num_ops; ++op)
     if (pending_[op] == 0) MakeReady(op, 0);
   Drain(0);
   int64_t now = 0;
-  while (!events_.empty() || rebalance_pending_) {
-    // The rebalance of an instant runs after its completions and before its dispatches (the
-    // order kClassRebalance stands for), without an event of its own.
-    if (rebalance_pending_ &&
-        (events_.empty() || events_.top().time > now || events_.top().cls > kClassRebalance)) {
+  while (true) {
+    // An instant ends with its rebalance (no event of its own), then its dispatches; each counts
+    // as an event.
+    const bool completions_now = !events_.empty() && events_.top().time == now;
+    if (!completions_now && rebalance_pending_) {
       rebalance_pending_ = false;
       Rebalance(now);
       continue;
     }
+    if (!completions_now && next_dispatch_ < dispatches_.size()) {
+      ++result_.events;
+      Dispatch(dispatches_[next_dispatch_++], now);
+      continue;
+    }
+    if (next_dispatch_ == dispatches_.size()) {
+      dispatches_.clear();
+      next_dispatch_ = 0;
+    }
+    if (events_.empty()) break;
     const Event event = events_.top();
     events_.pop();
     now = event.time;
     ++result_.events;
-    switch (event.type) {
-      case kComputeDone: {
-        const Op& op = ops_[event.id];
-        Advance(op.rank, now);
-        computing_[op.rank] = 0;
-        result_.ranks[op.rank].busy_ns += op.duration_ns;
-        result_.ranks[op.rank].last_end_ns = now;
-        work_.push_back(event.id);
-        Drain(now);
-        ScheduleDispatch(op.rank, now);
-        break;
-      }
-      case kFlowDone:
-        FinishFlow(event, now);
-        break;
-      case kDelivered:
-        EndMessage(event.id, now);
-        break;
-      case kReleased:
-        if (--pending_[event.id] == 0) MakeReady(event.id, now);
-        Drain(now);
-        break;
-      case kDispatch:
-        Dispatch(event.id, now);
-        break;
-    }
+    Process(event, now);
   }
   HEXISEQ_CHECK(completed_ == num_ops, "simulation graph has a cycle or a dangling dependency");
   for (const OpTiming& timing : result_.timings)

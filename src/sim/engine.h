@@ -47,18 +47,23 @@ const char* PassName(Pass pass);
 
 enum class OpKind : uint8_t { kCompute, kMessage, kMarker };
 
+// A pass at 1024 GPUs holds millions of these, so the record is kept at 32 bytes: a compute op
+// or marker has a duration and no size, a message a size and no duration (one union).
 struct Op {
   OpKind kind = OpKind::kMarker;
   OpLabel label = OpLabel::kMarker;
   Pass pass = Pass::kForward;
-  int32_t rank = 0;         // compute: the rank; message: the sender; marker: the rank it joins for
-  int32_t peer = -1;        // message: the receiver
-  int32_t arg = -1;         // attention: origin group; ring: origin group; grad sync: step
-  int32_t layer = 0;        // explicit layer index
-  int64_t duration_ns = 0;  // compute
-  double bytes = 0;         // message
-  uint64_t priority = 0;    // compute: smaller runs first among ready ops of the rank
+  int32_t rank = 0;       // compute: the rank; message: the sender; marker: the rank it joins for
+  int32_t peer = -1;      // message: the receiver
+  int32_t arg = -1;       // attention: origin group; ring: origin group; grad sync: step
+  int32_t layer = 0;      // explicit layer index
+  uint32_t priority = 0;  // compute: smaller runs first among ready ops of the rank
+  union {
+    int64_t duration_ns = 0;  // compute and marker (read only for compute)
+    double bytes;             // message (read only for messages)
+  };
 };
+static_assert(sizeof(Op) == 32, "Op grew: the simulator's memory at scale is per op");
 
 // How long an operation took, once run.
 struct OpTiming {

@@ -15,18 +15,24 @@ constexpr int64_t kLseBytes = kFp32Bytes;  // log-sum-exp values stay fp32 in ev
 
 int64_t Ns(double seconds) { return std::llround(seconds * 1e9); }
 
-// Priority keys: smaller runs first among a rank's ready compute ops.
+// Priority keys: smaller runs first among a rank's ready compute ops. They order the ops of one
+// pass: a rank's ops of the next pass depend on its last op of this one, so ops of two passes are
+// never ready on a rank at once.
 enum Stage : int { kStageBefore = 0, kStageAttention = 1, kStageAfter = 2 };
-uint64_t Priority(int pass_index, int stage, int step) {
-  return (static_cast<uint64_t>(pass_index) << 40) | (static_cast<uint64_t>(stage) << 32) |
-         static_cast<uint64_t>(step);
+constexpr int kStageShift = 30;
+uint32_t Priority(int stage, int step) {
+  HEXISEQ_CHECK(step >= 0 && step < (1 << kStageShift), "priority step out of range");
+  return (static_cast<uint32_t>(stage) << kStageShift) | static_cast<uint32_t>(step);
 }
 
-// (origin ring position, op) pairs of one rank, sorted by origin for lookup.
+// (key, op) pairs of one rank, sorted by key for lookup; the key is an origin ring position, or
+// for attention ops the block's ring distance from its origin.
 using OriginOps = std::vector<std::pair<int, int>>;
 
+// K/V arrivals come in schedule order, already sorted by origin when there is one KV segment.
 void SortByOrigin(std::vector<OriginOps>& per_rank) {
-  for (OriginOps& ops : per_rank) std::sort(ops.begin(), ops.end());
+  for (OriginOps& ops : per_rank)
+    if (!std::is_sorted(ops.begin(), ops.end())) std::sort(ops.begin(), ops.end());
 }
 
 // Turns the layer schedule into engine operations: one pass builder for forward, recompute and
@@ -55,6 +61,7 @@ class Builder {
     double weight;  // PassMarks::weight
   };
   void Setup();
+  void SetupVisits();
   // Per rank during one pass: the op each phase ends with (-1: none).
   struct PassOps {
     std::vector<int> before;           // GEMMs before the inbound all-to-all
@@ -62,10 +69,10 @@ class Builder {
     std::vector<int> ring_done;        // attention (and dK/dV returns) done
     std::vector<int> local_out;        // token layout ready
     std::vector<OriginOps> arrivals;   // per rank: K/V block deliveries
-    std::vector<OriginOps> attention;  // per rank: attention ops per origin
+    std::vector<OriginOps> attention;  // per rank: attention ops by the block's ring distance
   };
 
-  int Compute(OpLabel label, int rank, double seconds, uint64_t priority, int arg = -1);
+  int Compute(OpLabel label, int rank, double seconds, uint32_t priority, int arg = -1);
   int Message(OpLabel label, int from, int to, double bytes, int arg = -1);
   int Marker(int rank);
   void Dep(int before, int after) {
@@ -80,7 +87,11 @@ class Builder {
   void AttentionOps(Direction direction, PassOps& ops);
   void DkvMessages(PassOps& ops);
   void GemmsAfter(Direction direction, PassOps& ops);
-  static int FindOp(const OriginOps& ops, int origin);
+  static int FindOp(const OriginOps& ops, int key);
+  int RingDistance(int origin, int ring_pos) const {
+    const int ring_groups = schedule_.num_ring_groups();
+    return (ring_pos - origin + ring_groups) % ring_groups;
+  }
   // One K/V send: over link from -> to, of a block that has travelled `distance` ring positions.
   struct LinkSend {
     int from = 0, to = 0, distance = 0, op = 0;
@@ -89,6 +100,7 @@ class Builder {
              std::tie(other.from, other.to, other.distance, other.op);
     }
   };
+  void SortBySender(std::vector<LinkSend>& sends) const;
   void SendInOrderPerLink(std::vector<LinkSend>& sends, const std::vector<int>& receiver_ready);
   void JoinLastPerLink(const std::vector<LinkSend>& sorted, const std::vector<int>& ring_done,
                        bool receiver_too);
@@ -118,16 +130,18 @@ class Builder {
 
   LayerSchedule schedule_;
   std::vector<int> active_ranks_;
-  std::vector<RingMessage> dkv_messages_;   // backward: partials and returns, schedule order
-  std::vector<std::vector<int>> visiting_;  // per ring position: origins, by arrival order
+  // A visiting block: its origin and the index of the visited group in chains[origin].hops.
+  struct Visit {
+    int origin = 0, hop = 0;
+  };
+  std::vector<std::vector<Visit>> visiting_;  // per ring position: by arrival order
   int num_ranks_ = 0;
   sim::Pass pass_ = sim::Pass::kForward;
   int layer_ = 0;
-  int pass_index_ = 0;
   std::vector<int> prev_end_;  // per rank
 };
 
-int Builder::Compute(OpLabel label, int rank, double seconds, uint64_t priority, int arg) {
+int Builder::Compute(OpLabel label, int rank, double seconds, uint32_t priority, int arg) {
   Op op;
   op.pass = pass_;
   op.layer = layer_;
@@ -161,9 +175,9 @@ int Builder::Marker(int rank) {
   return engine_->Add(op);
 }
 
-int Builder::FindOp(const OriginOps& ops, int origin) {
-  auto found = std::lower_bound(ops.begin(), ops.end(), std::make_pair(origin, -1));
-  return found != ops.end() && found->first == origin ? found->second : -1;
+int Builder::FindOp(const OriginOps& ops, int key) {
+  auto found = std::lower_bound(ops.begin(), ops.end(), std::make_pair(key, -1));
+  return found != ops.end() && found->first == key ? found->second : -1;
 }
 
 // Forward: the QKV GEMMs. Backward: (selective: the MLP forward again) then the output
@@ -175,19 +189,19 @@ void Builder::GemmsBefore(Direction direction, PassOps& ops) {
     int last = prev_end_[rank];
     if (direction == Direction::kForward) {
       const int qkv = Compute(OpLabel::kLinearPre, rank, GemmSeconds(rank, qkv_params_),
-                              Priority(pass_index_, kStageBefore, 0));
+                              Priority(kStageBefore, 0));
       Dep(last, qkv);
       last = qkv;
     } else {
       if (selective) {
         const int mlp = Compute(OpLabel::kRecomputeMlp, rank, GemmSeconds(rank, mlp_params_),
-                                Priority(pass_index_, kStageBefore, 0));
+                                Priority(kStageBefore, 0));
         Dep(last, mlp);
         last = mlp;
       }
       const int post = Compute(OpLabel::kLinearPost, rank,
                                constants.linear_backward_factor * GemmSeconds(rank, post_params_),
-                               Priority(pass_index_, kStageBefore, 1));
+                               Priority(kStageBefore, 1));
       Dep(last, post);
       last = post;
     }
@@ -215,11 +229,10 @@ void Builder::AllToAll(Direction direction, bool inbound, PassOps& ops) {
 }
 
 // K/V blocks along their chains (primary to primary, each leaving its owner once the head layout
-// is ready, forwarded as soon as received) and copies to replicas. dK/dV messages are kept for
+// is ready, forwarded as soon as received) and copies to replicas. dK/dV messages are left to
 // DkvMessages, which needs the attention ops.
 void Builder::KvMessages(Direction direction, PassOps& ops) {
   int delivered_to_primary = -1;  // the K/V block message of the current hop
-  dkv_messages_.clear();
   std::vector<LinkSend>& sends = kv_sends_;
   sends.clear();
   const int ring_groups = schedule_.num_ring_groups();
@@ -250,12 +263,32 @@ void Builder::KvMessages(Direction direction, PassOps& ops) {
       }
       case RingMessageKind::kDkvPartial:
       case RingMessageKind::kDkvReturn:
-        dkv_messages_.push_back(message);
-        break;
+        break;  // DkvMessages, once the attention ops exist
     }
   });
   SendInOrderPerLink(sends, ops.local_in);
   SortByOrigin(ops.arrivals);
+}
+
+// Sorts `sends` as operator< does, in place: sends are swapped into their sender's range (the
+// order inside a range is lost, but the op ids make the key unique), then each range is sorted by
+// the rest of the key (many short sorts instead of one long one).
+void Builder::SortBySender(std::vector<LinkSend>& sends) const {
+  std::vector<size_t> first(num_ranks_ + 1, 0);
+  for (const LinkSend& send : sends) ++first[send.from + 1];
+  for (int rank = 0; rank < num_ranks_; ++rank) first[rank + 1] += first[rank];
+  std::vector<size_t> next(first.begin(), first.end() - 1);
+  for (int rank = 0; rank < num_ranks_; ++rank)
+    while (next[rank] < first[rank + 1]) {
+      LinkSend& send = sends[next[rank]];
+      if (send.from == rank)
+        ++next[rank];
+      else
+        std::swap(send, sends[next[send.from]++]);
+    }
+  for (int rank = 0; rank < num_ranks_; ++rank)
+    std::sort(sends.begin() + static_cast<std::ptrdiff_t>(first[rank]),
+              sends.begin() + static_cast<std::ptrdiff_t>(first[rank + 1]));
 }
 
 // A rank sends the K/V blocks it forwards over one link in the order they reached it (one
@@ -265,7 +298,7 @@ void Builder::KvMessages(Direction direction, PassOps& ops) {
 // it.
 void Builder::SendInOrderPerLink(std::vector<LinkSend>& sends,
                                  const std::vector<int>& receiver_ready) {
-  std::sort(sends.begin(), sends.end());
+  SortBySender(sends);
   for (size_t index = 0; index < sends.size(); ++index) {
     const LinkSend& current = sends[index];
     const bool first =
@@ -308,19 +341,19 @@ void Builder::AttentionOps(Direction direction, PassOps& ops) {
       auto add_block = [&](int origin, int64_t pairs, int order) {
         const int op =
             Compute(OpLabel::kAttention, rank, factor * AttentionSeconds(rank, query_heads, pairs),
-                    Priority(pass_index_, kStageAttention, order), origin);
+                    Priority(kStageAttention, order), origin);
         Dep(ops.local_in[rank], op);
         Dep(op, ops.ring_done[rank]);
-        ops.attention[rank].push_back({origin, op});
+        // Added by increasing distance (own block first, then by arrival): sorted.
+        ops.attention[rank].push_back({RingDistance(origin, ring_pos), op});
         return op;
       };
       add_block(ring_pos, schedule_.chains[ring_pos].own_pairs, 0);
-      const std::vector<int>& origins = visiting_[ring_pos];
-      for (size_t order = 0; order < origins.size(); ++order) {
-        const int origin = origins[order];
-        const int hop = schedule_.HopIndex(origin, ring_pos);
-        const int op = add_block(origin, schedule_.chains[origin].hops[hop].causal_pairs,
-                                 static_cast<int>(order) + 1);
+      const std::vector<Visit>& visits = visiting_[ring_pos];
+      for (size_t order = 0; order < visits.size(); ++order) {
+        const int origin = visits[order].origin;
+        const int64_t pairs = schedule_.chains[origin].hops[visits[order].hop].causal_pairs;
+        const int op = add_block(origin, pairs, static_cast<int>(order) + 1);
         const OriginOps& arrivals = ops.arrivals[rank];
         auto first = std::lower_bound(arrivals.begin(), arrivals.end(), std::make_pair(origin, -1));
         HEXISEQ_CHECK(first != arrivals.end() && first->first == origin,
@@ -329,7 +362,6 @@ void Builder::AttentionOps(Direction direction, PassOps& ops) {
       }
     }
   }
-  SortByOrigin(ops.attention);
 }
 
 // Backward: each replica's dK/dV partial goes to its primary after its attention on the block;
@@ -341,8 +373,13 @@ void Builder::DkvMessages(PassOps& ops) {
   std::vector<LinkSend> sends;
   int feeding_return = -1;  // the previous hop's sum of the current (segment, origin)
   const int ring_groups = schedule_.num_ring_groups();
-  for (const RingMessage& message : dkv_messages_) {
-    const int computed = FindOp(ops.attention[message.source_rank], message.origin);
+  // The schedule's messages again (cheaper than holding the pass's dK/dV messages meanwhile).
+  ForEachRingMessage(schedule_, Direction::kBackward, [&](const RingMessage& message) {
+    if (message.kind != RingMessageKind::kDkvPartial && message.kind != RingMessageKind::kDkvReturn)
+      return;
+    const int source_pos = schedule_.groups[schedule_.places[message.source_rank].group].ring_pos;
+    const int computed =
+        FindOp(ops.attention[message.source_rank], RingDistance(message.origin, source_pos));
     HEXISEQ_CHECK(computed >= 0, "a dK/dV message from a rank that did not compute the block");
     const double bytes = static_cast<double>(message.bytes);
     if (message.kind == RingMessageKind::kDkvPartial) {
@@ -352,7 +389,7 @@ void Builder::DkvMessages(PassOps& ops) {
       Dep(ops.local_in[message.dest_rank], op);
       Dep(op, ops.ring_done[message.source_rank]);
       partials.push_back(op);
-      continue;
+      return;
     }
     const int op =
         Message(OpLabel::kRingDkv, message.source_rank, message.dest_rank, bytes, message.origin);
@@ -364,7 +401,7 @@ void Builder::DkvMessages(PassOps& ops) {
     const int ring_pos = schedule_.chains[message.origin].hops[message.hop].ring_pos;
     sends.push_back({message.source_rank, message.dest_rank,
                      (ring_pos - message.origin + ring_groups) % ring_groups, op});
-  }
+  });
   SendInOrderPerLink(sends, ops.local_in);
   JoinLastPerLink(sends, ops.ring_done, /*receiver_too=*/true);
 }
@@ -376,7 +413,7 @@ void Builder::GemmsAfter(Direction direction, PassOps& ops) {
   for (int rank : ActiveRanks()) {
     const int op = Compute(forward ? OpLabel::kLinearPost : OpLabel::kLinearPre, rank,
                            factor * GemmSeconds(rank, forward ? post_params_ : qkv_params_),
-                           Priority(pass_index_, kStageAfter, 0));
+                           Priority(kStageAfter, 0));
     Dep(ops.local_out[rank], op);
     prev_end_[rank] = op;
   }
@@ -430,19 +467,38 @@ void Builder::BuildPass(Direction direction, PassMarks& marks) {
   AllToAll(direction, /*inbound=*/true, ops);
   KvMessages(direction, ops);
   AttentionOps(direction, ops);
+  std::vector<OriginOps>().swap(ops.arrivals);  // read by the attention ops only
   // A rank's ring phase ends when its own sends have left too (the runtime waits on them before
   // reusing the buffers), so the next pass never shares a link with this one's backlog.
   JoinLastPerLink(kv_sends_, ops.ring_done, /*receiver_too=*/false);
+  std::vector<LinkSend>().swap(kv_sends_);  // not needed while the rest is built and run
   if (direction == Direction::kBackward) DkvMessages(ops);
   AllToAll(direction, /*inbound=*/false, ops);
   GemmsAfter(direction, ops);
-  // This pass's message lists are not needed while the engine runs.
-  std::vector<LinkSend>().swap(kv_sends_);
-  std::vector<RingMessage>().swap(dkv_messages_);
   marks.local_in = std::move(ops.local_in);
   marks.ring_done = std::move(ops.ring_done);
   marks.end.assign(num_ranks_, -1);
   for (int rank : ActiveRanks()) marks.end[rank] = prev_end_[rank];
+}
+
+// visiting_[ring_pos]: the blocks that visit it by increasing ring distance from their origin,
+// as LayerSchedule::VisitingOrigins orders them, with their hop index (one pass over the chains
+// instead of a search per block and pass). Origins are added in decreasing order, so each list
+// holds the origins above ring_pos, then those below it; the nearest come first once rotated.
+void Builder::SetupVisits() {
+  const int ring_groups = schedule_.num_ring_groups();
+  visiting_.assign(ring_groups, {});
+  for (int origin = ring_groups - 1; origin >= 0; --origin) {
+    const std::vector<ChainHop>& hops = schedule_.chains[origin].hops;
+    for (size_t hop = 0; hop < hops.size(); ++hop)
+      visiting_[hops[hop].ring_pos].push_back({origin, static_cast<int>(hop)});
+  }
+  for (int ring_pos = 0; ring_pos < ring_groups; ++ring_pos) {
+    std::vector<Visit>& visits = visiting_[ring_pos];
+    auto below = std::find_if(visits.begin(), visits.end(),
+                              [&](const Visit& visit) { return visit.origin < ring_pos; });
+    std::rotate(visits.begin(), below, visits.end());
+  }
 }
 
 void Builder::Setup() {
@@ -461,8 +517,8 @@ void Builder::Setup() {
   for (int ring_pos = 0; ring_pos < schedule_.num_ring_groups(); ++ring_pos) {
     const GroupSchedule& group = schedule_.RingGroup(ring_pos);
     active_ranks_.insert(active_ranks_.end(), group.ranks.begin(), group.ranks.end());
-    visiting_.push_back(schedule_.VisitingOrigins(ring_pos));
   }
+  SetupVisits();
   prev_end_.assign(num_ranks_, -1);
   const int model_layers = std::max(1, model.layers);
   const int layers = std::clamp(options_.explicit_layers, 1, model_layers);
@@ -488,7 +544,6 @@ PassMarks Builder::AddPass(int index, Engine& engine, const std::vector<int64_t>
   const PassSpec& spec = passes_[index];
   pass_ = spec.pass;
   layer_ = spec.layer;
-  pass_index_ = index;
   if (start_ns != nullptr) {
     for (int rank : ActiveRanks()) {
       prev_end_[rank] = Marker(rank);

@@ -21,7 +21,7 @@ Op Message(int from, int to, double bytes) {
   op.bytes = bytes;
   return op;
 }
-Op Compute(int rank, int64_t ns, uint64_t priority) {
+Op Compute(int rank, int64_t ns, uint32_t priority) {
   Op op;
   op.kind = OpKind::kCompute;
   op.rank = rank;

@@ -281,6 +281,9 @@ struct MpiWatchdog::State {
   bool AllWaiting() const {
     return std::all_of(waiting.begin(), waiting.end(), [](int64_t w) { return w != 0; });
   }
+  bool AnyWaiting() const {
+    return std::any_of(waiting.begin(), waiting.end(), [](int64_t w) { return w != 0; });
+  }
   // Completes the heartbeats that arrived from `peer`, reposting after each while `more` says so.
   void TakeHeartbeats(int peer, int64_t expected) {
     while (receives[peer] != MPI_REQUEST_NULL) {
@@ -311,11 +314,16 @@ MpiWatchdog::MpiWatchdog(std::string what, double timeout_seconds)
   State& state = *state_;
   MPI_Comm_size(MPI_COMM_WORLD, &state.size);
   MPI_Comm_rank(MPI_COMM_WORLD, &state.rank);
-  if (const char* stall = std::getenv(kStallEnv)) {  // test hook: "RANK:PHASE"
+  if (const char* stall = std::getenv(kStallEnv)) {  // test hook: "RANK:PHASE[:compute]"
     const char* colon = std::strchr(stall, ':');
     if (colon) {
       stall_rank_ = std::atoi(stall);
       stall_phase_ = colon + 1;
+      const size_t mode = stall_phase_.find(':');
+      if (mode != std::string::npos) {
+        stall_computing_ = stall_phase_.substr(mode + 1) == "compute";
+        stall_phase_.resize(mode);
+      }
     }
   }
   int level = MPI_THREAD_SINGLE;
@@ -371,13 +379,18 @@ void MpiWatchdog::Run() {
         Fail(text, "check that process, its node and its network");
       }
     }
-    // Every peer is alive (the rule above); every rank waiting in communication with no progress
-    // anywhere is a deadlock (a rank computing is not waiting, however long it takes).
+    // Every peer is alive (the rule above); no progress anywhere while every rank waits in
+    // communication is a deadlock, and while some wait and the others compute, a stuck
+    // computation (or one longer than --timeout).
     const double still = SecondsSince(state.last_progress);
     if (still > timeout_seconds_ && state.AllWaiting())
       Fail(DescribeStall(still),
            "the ranks behind are stuck in that phase while the others wait for them; raise "
            "--timeout if a phase legitimately runs longer");
+    if (still > timeout_seconds_ && state.AnyWaiting())
+      Fail(DescribeStuckCompute(still),
+           "those ranks compute without finishing while the others wait for them; raise "
+           "--timeout if a phase legitimately computes longer");
     std::this_thread::sleep_for(kPollInterval);
   }
 }
@@ -386,6 +399,13 @@ void MpiWatchdog::SetPhase(const char* phase) {
   phase_.store(phase);
   progress_.fetch_add(1);
   if (state_->rank != stall_rank_ || stall_phase_ != phase) return;
+  if (stall_computing_) {
+    std::fprintf(stderr, "hexiseq: %s: rank %d computes forever in phase %s (%s, a test hook)\n",
+                 what_.c_str(), state_->rank, phase, kStallEnv);
+    std::fflush(stderr);
+    for (volatile uint64_t spin = 0;; spin = spin + 1) {
+    }
+  }
   std::fprintf(stderr,
                "hexiseq: %s: rank %d waits forever in phase %s for a message nobody sends (%s, a "
                "test hook)\n",
@@ -434,6 +454,33 @@ std::string MpiWatchdog::DescribeStall(double seconds) const {
       first = false;
     }
   if (waiting.empty()) text += " (every rank alike)";
+  return text;
+}
+
+// "no progress for 5 s while rank 1 computes in phase forward and every other rank waits in
+// communication: ranks 0, 2, 3 wait in phase backward": the computing ranks named, the waiting
+// ones grouped by phase.
+std::string MpiWatchdog::DescribeStuckCompute(double seconds) const {
+  const State& state = *state_;
+  std::map<std::string, std::vector<int>> computing, waiting;  // by phase
+  for (int rank = 0; rank < state.size; ++rank)
+    (state.waiting[rank] ? waiting : computing)[state.phase[rank]].push_back(rank);
+  char head[64];
+  std::snprintf(head, sizeof head, "no progress for %.0f s while ", seconds);
+  std::string text = head;
+  bool first = true;
+  for (const auto& [phase, ranks] : computing) {
+    text += (first ? "" : " and ") + RankList(ranks) +
+            (ranks.size() > 1 ? " compute" : " computes") + " in phase " + phase;
+    first = false;
+  }
+  text += " and every other rank waits in communication:";
+  first = true;
+  for (const auto& [phase, ranks] : waiting) {
+    text += (first ? " " : "; ") + RankList(ranks) + (ranks.size() > 1 ? " wait" : " waits") +
+            " in phase " + phase;
+    first = false;
+  }
   return text;
 }
 

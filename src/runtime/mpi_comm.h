@@ -43,12 +43,17 @@ std::unique_ptr<Comm> MpiWorldComm();
 //    (entered a phase or completed a call) for `timeout_seconds`: a deadlock. "... no progress for
 //    T s while every rank is alive and waiting in communication (a deadlock): rank Q is behind, in
 //    phase X; ranks ... wait in phase Y", the ranks grouped by phase and progress, the least
-//    progressed named behind. A rank that computes is not waiting, however long it takes.
+//    progressed named behind;
+//  - some ranks wait in communication while the others compute, and none made progress for
+//    `timeout_seconds`: a stuck computation (or one longer than the timeout). "... no progress
+//    for T s while rank Q computes in phase X and every other rank waits in communication: ranks
+//    ... wait in phase Y".
 // Construction and destruction are collective over MPI_COMM_WORLD; the destructor stops the
 // thread and drains every heartbeat (also bounded by the timeout).
 // Test hook: the environment variable HEXISEQ_TEST_STALL=RANK:PHASE makes that rank wait forever
 // for a message nobody sends when it enters that phase (its watchdog keeps beating), so the
-// others block in their next collective: the deadlock of the second rule.
+// others block in their next collective: the deadlock of the second rule. RANK:PHASE:compute
+// makes it compute forever instead (the third rule).
 // REQUIRES: MPI initialized with MPI_THREAD_MULTIPLE (MpiSession does; otherwise the watchdog is
 // inactive and says so on stderr). The phase is set by the main thread; thread-safe.
 class MpiWatchdog {
@@ -68,13 +73,15 @@ class MpiWatchdog {
   // Ends the process after "hexiseq: <what>: rank R (phase P): <message> (rule: --timeout; hint)".
   void Fail(const std::string& message, const std::string& hint);
   std::string DescribeStall(double seconds) const;
+  std::string DescribeStuckCompute(double seconds) const;
 
   std::string what_;
   double timeout_seconds_;
   std::atomic<const char*> phase_{"start"};
   std::atomic<int64_t> progress_{0};
-  int stall_rank_ = -1;      // HEXISEQ_TEST_STALL
-  std::string stall_phase_;  // HEXISEQ_TEST_STALL
+  int stall_rank_ = -1;           // HEXISEQ_TEST_STALL
+  std::string stall_phase_;       // HEXISEQ_TEST_STALL
+  bool stall_computing_ = false;  // HEXISEQ_TEST_STALL's ":compute"
   std::atomic<bool> stop_{false};
   std::unique_ptr<State> state_;
   std::thread thread_;

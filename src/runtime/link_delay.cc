@@ -179,7 +179,10 @@ class Poster {
       if (queue_.empty()) {
         if (!stop_) cv_.wait(lock);
       } else {
-        cv_.wait_until(lock, queue_.front()->release);
+        // A copy: wait_until reads its deadline again after waking, and by then a rank thread
+        // may have posted the front send and freed it (AwaitPosted, Resolve).
+        const Clock::time_point next_release = queue_.front()->release;
+        cv_.wait_until(lock, next_release);
       }
     }
   }

@@ -299,7 +299,12 @@ TEST(Report, LargeClusterIsBoundedAndFast) {
   const std::string html = ReportHtml(*data);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+#ifdef __SANITIZE_ADDRESS__
+  // scripts/sanitize's -O1 build with ASan+UBSan takes 12-13 s here: a bound on blow-ups only.
+  constexpr double kMaxSeconds = 60;
+#else
   constexpr double kMaxSeconds = 5;
+#endif
   constexpr size_t kMaxBytes = 5 << 20;
   EXPECT_LE(seconds, kMaxSeconds);
   EXPECT_LE(html.size(), kMaxBytes);

@@ -208,8 +208,11 @@ TEST_F(TwoReplicaReport, PageShowsReplicasLeftOutAndTrainingConfiguration) {
             std::string::npos);
   // The strategies table has the training columns for every strategy.
   EXPECT_NE(html_.find("<th>replicas</th><th>left out</th><th>training</th>"), std::string::npos);
-  for (const StrategyRow& row : data_.strategies)
-    if (row.iteration_seconds > 0) EXPECT_EQ(row.replicas.substr(0, 3), "dp ") << row.strategy;
+  for (const StrategyRow& row : data_.strategies) {
+    if (row.iteration_seconds > 0) {
+      EXPECT_EQ(row.replicas.substr(0, 3), "dp ") << row.strategy;
+    }
+  }
 }
 
 TEST(TrainingReport, OneReplicaPlanMapHasNoBands) {

@@ -4,7 +4,10 @@
 // on a directory). One-rank runs, without mpirun.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "cli/cli_test_util.h"
@@ -83,6 +86,24 @@ TEST(TrainFlags, DataThatIsNotARegularFileNamesTheFile) {
     ExpectBadInput(r, {"cannot read the --data file", type});
     EXPECT_NE(r.err.find(path + ": "), std::string::npos) << r.err;
   }
+}
+
+}  // namespace
+
+namespace {
+
+// `hexiseq train` runs hexiseq-train from hexiseq's own directory; a copy of hexiseq without it
+// (a build with HEXISEQ_TRAIN=OFF, or a partial install) says what is missing and how to build it.
+TEST(TrainFlags, MissingTrainerIsAClearError) {
+  const std::string alone = TempDir() + "/alone";
+  std::filesystem::create_directories(alone);
+  std::filesystem::copy_file(HEXISEQ_BIN_PATH, alone + "/hexiseq",
+                             std::filesystem::copy_options::overwrite_existing);
+  const std::string out = TempDir() + "/alone.out", err = TempDir() + "/alone.err";
+  const int status = std::system((alone + "/hexiseq train --help >" + out + " 2>" + err).c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  ExpectBadInput({WEXITSTATUS(status), Slurp(out), Slurp(err)},
+                 {"train: cannot run", "/alone/hexiseq-train", "HEXISEQ_TRAIN=ON"});
 }
 
 }  // namespace

@@ -45,6 +45,11 @@ const std::vector<std::string> kRankPredictionKeys = {"rank",
 const std::vector<std::string> kProvenanceKeys = {"planner", "input_hash", "time_limit_reached"};
 
 constexpr size_t kMaxShownChars = 60;
+// A JSON path in a message keeps its last this many characters (a path is at most kMaxJsonDepth
+// keys of any length).
+constexpr size_t kMaxShownPathChars = 240;
+// The JSON parser's own message (it quotes the last token read, which may be the whole file).
+constexpr size_t kMaxParserMessageChars = 400;
 
 json RangesToJson(const Ranges& ranges) {
   json out = json::array();
@@ -53,13 +58,10 @@ json RangesToJson(const Ranges& ranges) {
 }
 constexpr const char* kRegenerateHint = "regenerate the plan with `hexiseq plan --format json -o`";
 
-std::string Index(const std::string& path, size_t index) {
-  return path + "[" + std::to_string(index) + "]";
+// `text` cut to `max_chars`.
+std::string Cut(const std::string& text, size_t max_chars) {
+  return text.size() <= max_chars ? text : text.substr(0, max_chars) + "...";
 }
-std::string Key(const std::string& path, const std::string& key) {
-  return path.empty() ? key : path + "." + key;
-}
-std::string Bounds(int64_t min, int64_t max) { return IntervalText(min, max, /*closed=*/true); }
 
 // A JSON value for a message: a scalar as JSON text cut to a readable length; a list or an
 // object by its size only (it may be huge or deeply nested).
@@ -68,10 +70,27 @@ std::string Show(const json& value) {
   if (value.is_array()) return "a list of " + std::to_string(value.size()) + " items";
   if (value.is_number_float() && !std::isfinite(value.get<double>()))
     return value.get<double>() > 0 ? "inf" : "-inf";  // 1e999 in the file; dump() says null
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > kMaxShownChars) text = text.substr(0, kMaxShownChars) + "...";
-  return text;
+  return Cut(value.dump(-1, ' ', false, json::error_handler_t::replace), kMaxShownChars);
 }
+
+std::string Index(const std::string& path, size_t index) {
+  return path + "[" + std::to_string(index) + "]";
+}
+// A key as a path element: as written when it is short and printable, else quoted and cut.
+std::string Key(const std::string& path, const std::string& key) {
+  const bool plain =
+      key.size() <= kMaxShownChars && std::all_of(key.begin(), key.end(), [](unsigned char c) {
+        return c > 0x20 && c < 0x7f && c != '"' && c != '\\';
+      });
+  const std::string shown = plain ? key : Show(json(key));
+  return path.empty() ? shown : path + "." + shown;
+}
+// A path for a message: its last kMaxShownPathChars characters.
+std::string ShownPath(const std::string& path) {
+  if (path.size() <= kMaxShownPathChars) return path;
+  return "..." + path.substr(path.size() - kMaxShownPathChars);
+}
+std::string Bounds(int64_t min, int64_t max) { return IntervalText(min, max, /*closed=*/true); }
 
 // The key of `keys` closest to `key` by edit distance.
 std::string ClosestKey(const std::string& key, const std::vector<std::string>& keys) {
@@ -95,7 +114,8 @@ class Reader {
   std::unexpected<Error> Fail(const std::string& path, const std::string& value,
                               const std::string& problem, const std::string& rule,
                               const std::string& hint = kRegenerateHint) const {
-    return InvalidArgument(FieldMessage(source_ + ": " + path, value, problem, rule, hint));
+    return InvalidArgument(
+        FieldMessage(source_ + ": " + ShownPath(path), value, problem, rule, hint));
   }
 
   // `value` is an object whose keys are all in `keys`.
@@ -541,11 +561,12 @@ Result<json> ParseChecked(const std::string& text, const std::string& source_nam
   try {
     parsed = json::parse(text, std::ref(duplicates));
   } catch (const json::exception& e) {
-    return InvalidArgument(source_name + ": not valid JSON: " + e.what() +
+    return InvalidArgument(source_name +
+                           ": not valid JSON: " + Cut(e.what(), kMaxParserMessageChars) +
                            " (hint: plans are written by `hexiseq plan --format json`)");
   }
   if (!duplicates.duplicate().empty())
-    return InvalidArgument(FieldMessage(source_name + ": " + duplicates.duplicate(), "",
+    return InvalidArgument(FieldMessage(source_name + ": " + ShownPath(duplicates.duplicate()), "",
                                         "key given twice", "each key appears once in an object",
                                         "keep one of the two"));
   return parsed;

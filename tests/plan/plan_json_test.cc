@@ -256,6 +256,28 @@ TEST(PlanJson, DuplicateKeysAreRejectedWithTheirPath) {
   ExpectError(ErrorOf(member), {"p.json: replicas[0].groups[0].members[1].rank: key given twice"});
 }
 
+// Found by the plan fuzzer: a path built from long keys made a message of many kilobytes.
+TEST(PlanJson, LongKeysAndTokensMakeShortMessages) {
+  constexpr size_t kMaxMessageBytes = 1024;
+  const std::string long_key(5000, 'k');
+  const std::string unknown = ErrorOf([&](json& j) { j[long_key] = 1; });
+  ExpectError(unknown, {"p.json: \"kkkk", "...: unknown key"});
+  EXPECT_LT(unknown.size(), kMaxMessageBytes);
+
+  // A key given twice, 60 levels down, each level under a 5000-character key.
+  std::string nested;
+  for (int level = 0; level < 60; ++level) nested += "{\"" + long_key + "\":";
+  nested += "{\"a\":1,\"a\":2}" + std::string(60, '}');
+  const std::string duplicate = ErrorOf(nested);
+  ExpectError(duplicate, {"p.json: ...", ".a: key given twice"});
+  EXPECT_LT(duplicate.size(), kMaxMessageBytes);
+
+  // The parser's own message quotes the token it stopped in.
+  const std::string bad_token = ErrorOf("{\"" + std::string(100000, 'x') + "\x01\"}");
+  ExpectError(bad_token, {"p.json: not valid JSON"});
+  EXPECT_LT(bad_token.size(), kMaxMessageBytes);
+}
+
 TEST(PlanJson, DeepNestingIsAShortErrorNotAStackOverflow) {
   for (int depth : {65, 50000, 200000}) {
     json j = GoodJson();

@@ -417,6 +417,13 @@ TEST(ClusterTest, UnknownKeysListValidKeys) {
               {"c.yaml: nodes[0].gpus_per_nod: unknown key", "did you mean `gpus_per_node`?"});
   ExpectError("nodes:\n  - {gpu: L4, count: 1, gpus_per_node: 1, count: 2}\n",
               {"c.yaml: nodes[0].count: key given twice"});
+  // A long key (YAML allows 1024 characters) is quoted and cut in the field path.
+  const std::string long_key(1000, 'k');
+  auto result = Parse("nodes:\n  - {gpu: L4, count: 1, " + long_key + ": 1}\n");
+  ASSERT_FALSE(result);
+  EXPECT_NE(result.error().message.find("c.yaml: nodes[0].\"kkk"), std::string::npos)
+      << result.error().message;
+  EXPECT_LT(result.error().message.size(), 1024u);
 }
 
 TEST(ClusterTest, BadLinks) {

@@ -169,10 +169,12 @@ Result<Calibration> RunCalibration(runtime::Comm& world, const CalibrateOptions&
   mine.rank = world.rank();
   mine.host = MyHost(options, world.rank());
   mine.slowdown = runtime::ComputeSlowdown();
+  const LinearProbe linear_probe =
+      options.linear_probe ? options.linear_probe : &internal::TimeLayerGemms;
+  calibration.linear_probe = options.linear_probe ? options.linear_probe_name : kGemmProbeName;
   for (int64_t tokens : internal::ProbeSizes(calibration.even_shard_tokens)) {
     world.Barrier();  // every rank computes at the same time, as in training
-    mine.gemm.push_back(
-        internal::TimeLayerGemms(options.model, options.recompute, tokens, options.repeats));
+    mine.gemm.push_back(linear_probe(options.model, options.recompute, tokens, options.repeats));
     world.Barrier();
     mine.attention.push_back(
         internal::TimeAttentionBlocks(options.model, options.recompute, tokens, options.repeats));

@@ -1,17 +1,21 @@
 // `hexiseq calibrate`: measures what each rank of an MPI job really does, at the shapes a plan for
 // the model and sequence length would give it, and turns it into a cluster file the planner, the
 // cost model and the simulator read unchanged.
-//   compute: each rank times the trainer's GEMMs (OpenBLAS sgemm, which libtorch's fp32 at::linear
-//            calls) and the runtime's attention kernels (forward + backward, a causal diagonal
-//            block and a full block, as a ring step computes them) at several shard sizes, all
-//            ranks at once (as in training, so shared cores show up); the rate at the even split
-//            S / N is the one written out, the curve goes to the sidecar JSON.
+//   compute: each rank times the linear phase (a LinearProbe: the trainer's whole linear phase
+//            when hexiseq-train runs calibrate, else one layer's GEMMs with OpenBLAS sgemm, which
+//            libtorch's fp32 at::linear calls) and the runtime's attention kernels (forward +
+//            backward, a causal diagonal block and a full block, as a ring step computes them)
+//            at several shard sizes, all ranks at once (as in training, so shared cores show
+//            up); the rate at the even split S / N is the one written out, the curve goes to the
+//            sidecar JSON.
 //   links:   every pair of ranks ping-pongs a few message sizes (latency = half the round trip of
 //            the smallest, bandwidth from the largest); all ranks then run all-to-alls, reported
 //            against the alpha-beta prediction of the pairwise figures.
-// Deliberately ignored: non-GEMM work of the linear layers (norms, RoPE, SwiGLU, copies), which the
-// cost model does not charge either; docs/measured.md measures how much it is.
-// Independent of libtorch: only the runtime (Comm, attention kernels, --slowdown) and spec.
+// The trainer's probe folds the linear phase's non-GEMM work (norms, RoPE, SwiGLU, embedding, loss,
+// autograd) into the GEMM rate: the cost model charges GEMM FLOPs only, so the rate it must use
+// is the GEMM FLOPs over the time the whole phase takes (docs/measured.md measures the gap).
+// Independent of libtorch: only the runtime (Comm, attention kernels, --slowdown) and spec; the
+// trainer's probe comes in through CalibrateOptions::linear_probe.
 #pragma once
 
 #include <cstdint>
@@ -27,14 +31,26 @@ namespace hexiseq::calibrate {
 // Smallest even-split shard the attention probe accepts: one key tile of the kernels.
 inline constexpr int64_t kMinShardTokens = 128;
 
+struct RatePoint;
+
+// Times the linear phase of `tokens` rows under --slowdown compute regions: the FLOPs the cost
+// model charges for it (RatePoint::flops) and the median seconds it took.
+using LinearProbe = RatePoint (*)(const ModelSpec& model, Recompute recompute, int64_t tokens,
+                                  int repeats);
+
 struct CalibrateOptions {
   ModelSpec model;
   int64_t seq_len = 0;
   Recompute recompute = Recompute::kFull;  // weights forward and backward like the trainer
   int repeats = 3;                         // timed repeats per point (median)
   std::vector<std::string> hosts;          // per rank; empty: each rank's gethostname()
-  double merge_tolerance = 0.10;  // neighbouring ranks of a host share a node kind within this
+  double merge_tolerance = 0.10;       // neighbouring ranks of a host share a node kind within this
+  LinearProbe linear_probe = nullptr;  // nullptr: one layer's GEMMs (sgemm)
+  std::string linear_probe_name;       // what linear_probe times, for the outputs
 };
+
+// What the built-in linear probe times (CalibrateOptions::linear_probe = nullptr).
+inline constexpr const char* kGemmProbeName = "one layer's GEMMs (sgemm)";
 
 // One point of a rate curve.
 struct RatePoint {
@@ -78,6 +94,7 @@ struct Calibration {
   std::vector<AllToAllMeasurement> all_to_all;
   double host_memory_bytes = 0;  // physical memory of rank 0's host
   std::string slowdown_padding;  // "spin" or "sleep" (--slowdown-pad), "" when no rank is slowed
+  std::string linear_probe;      // what the GEMM rate's probe timed
 };
 
 // Checks the options against the world size before anything is measured (same on every rank):

@@ -12,6 +12,10 @@ namespace hexiseq::calibrate::internal {
 
 double Median(std::vector<double> values);
 
+// Timed runs of a probe point: at least `repeats`, and enough that the point spans 0.2 s given
+// that one forward + backward took `warm_up_seconds` (at most 50 runs beyond `repeats`).
+int ProbeRuns(int repeats, double warm_up_seconds);
+
 // Shard sizes the compute probes time: a quarter, a half and all of the even split, each at
 // least a few kernel rows; sorted, distinct, the last one is `even_shard`.
 std::vector<int64_t> ProbeSizes(int64_t even_shard);
@@ -25,6 +29,10 @@ struct PassWeights {
 };
 PassWeights LinearWeights(const ModelSpec& model, Recompute recompute);
 PassWeights AttentionWeights(Recompute recompute);
+// The FLOPs the cost model charges for one sequence's linear phase on `tokens` rows: every
+// layer's GEMMs (forward, backward, recompute) and the LM head (forward, backward); that is
+// RankCost::linear_seconds x GemmFlops() for batch 1.
+double LinearPhaseFlops(const ModelSpec& model, Recompute recompute, int64_t tokens);
 
 // One layer's GEMMs at `tokens` rows (forward Y = X W^T; backward dX = dY W and dW = dY^T X),
 // each timed call inside a --slowdown compute region.

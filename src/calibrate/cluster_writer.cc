@@ -152,6 +152,9 @@ std::string ClusterYaml(const Calibration& calibration, const CalibrateOptions& 
       std::to_string(calibration.num_ranks) + " ranks; rates read at the even split of " +
       std::to_string(calibration.even_shard_tokens) +
       " tokens per rank.\n"
+      "# GEMM rate probe: " +
+      calibration.linear_probe +
+      ".\n"
       "# Speeds are measured fp32 rates: bf16_tflops x gemm_efficiency = GEMM FLOP/s and\n"
       "# bf16_tflops x attention_efficiency = attention FLOP/s, counted as the cost model counts\n"
       "# them (forward + backward + recompute). Links: medians of ping-pong over rank pairs.\n"
@@ -213,6 +216,7 @@ std::string CalibrationJson(const Calibration& calibration) {
                     {"num_ranks", calibration.num_ranks},
                     {"even_shard_tokens", calibration.even_shard_tokens},
                     {"slowdown_padding", calibration.slowdown_padding},
+                    {"linear_probe", calibration.linear_probe},
                     {"ranks", ranks},
                     {"pairs", pairs},
                     {"all_to_all", all_to_all}};

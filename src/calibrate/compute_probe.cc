@@ -50,9 +50,7 @@ double TimedRegion(Fn&& fn) {
 // times is mostly scheduling noise).
 template <class Forward, class Backward>
 std::pair<double, double> TimePasses(int repeats, Forward&& forward, Backward&& backward) {
-  const double warm_up = TimedRegion(forward) + TimedRegion(backward);
-  const int runs = std::clamp(static_cast<int>(std::ceil(kMinPointSeconds / warm_up)), repeats,
-                              std::max(repeats, kMaxRepeats));
+  const int runs = ProbeRuns(repeats, TimedRegion(forward) + TimedRegion(backward));
   std::vector<double> forward_seconds, backward_seconds;
   for (int run = 0; run < runs; ++run) {
     forward_seconds.push_back(TimedRegion(forward));
@@ -92,6 +90,11 @@ double Median(std::vector<double> values) {
   return values.size() % 2 ? values[middle] : 0.5 * (values[middle - 1] + values[middle]);
 }
 
+int ProbeRuns(int repeats, double warm_up_seconds) {
+  return std::clamp(static_cast<int>(std::ceil(kMinPointSeconds / warm_up_seconds)), repeats,
+                    std::max(repeats, kMaxRepeats));
+}
+
 std::vector<int64_t> ProbeSizes(int64_t even_shard) {
   std::vector<int64_t> sizes;
   for (int fraction : kProbeFractions) {
@@ -109,6 +112,15 @@ PassWeights LinearWeights(const ModelSpec& model, Recompute recompute) {
                             ? model.MlpParams() / model.LayerGemmParams()
                             : 0.0;
   return {constants.linear_backward_factor, passes};
+}
+
+double LinearPhaseFlops(const ModelSpec& model, Recompute recompute, int64_t tokens) {
+  const PassWeights weights = LinearWeights(model, recompute);
+  const double layer = 2.0 * model.LayerGemmParams() * static_cast<double>(tokens) *
+                       (1 + weights.backward_factor + weights.recompute_passes);
+  const double head = 2.0 * static_cast<double>(tokens) * model.vocab * model.hidden *
+                      (1 + weights.backward_factor);
+  return model.layers * layer + head;
 }
 
 PassWeights AttentionWeights(Recompute recompute) {

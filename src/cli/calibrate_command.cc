@@ -33,6 +33,8 @@ struct CalibrateFlags {
   std::string recompute = "full";
   int repeats = 3;
   double merge_tolerance = 0.10;
+  calibrate::LinearProbe linear_probe = nullptr;  // set by the executable, not a flag
+  std::string linear_probe_name;
 };
 
 std::vector<std::string> SplitCommas(const std::string& text) {
@@ -74,6 +76,8 @@ Result<calibrate::CalibrateOptions> MakeOptions(const CalibrateFlags& flags) {
   options.recompute = *recompute;
   options.repeats = flags.repeats;
   options.merge_tolerance = flags.merge_tolerance;
+  options.linear_probe = flags.linear_probe;
+  options.linear_probe_name = flags.linear_probe_name;
   if (!flags.hosts.empty()) options.hosts = SplitCommas(flags.hosts);
   return options;
 }
@@ -200,6 +204,7 @@ Result<void> WriteOutputs(const CalibrateFlags& flags, const calibrate::Calibrat
     return written;
   }
   PrintSummary(calibration, *cluster);
+  std::fprintf(stderr, "calibrate: GEMM rate probe: %s\n", calibration.linear_probe.c_str());
   std::fprintf(stderr, "calibrate: wrote %s and %s\n", flags.output.c_str(), sidecar.c_str());
   return {};
 }
@@ -233,8 +238,11 @@ int RunCalibrateCommand(const CalibrateFlags& flags) {
 
 }  // namespace
 
-void AddCalibrateCommand(CLI::App& app, Actions& actions) {
+void AddCalibrateCommand(CLI::App& app, Actions& actions, calibrate::LinearProbe linear_probe,
+                         const char* linear_probe_name) {
   static CalibrateFlags flags;
+  flags.linear_probe = linear_probe;
+  flags.linear_probe_name = linear_probe_name;
   CLI::App* cmd = app.add_subcommand(
       "calibrate",
       "Measure every rank's GEMM and attention rates and every pair's latency and bandwidth "

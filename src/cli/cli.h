@@ -8,6 +8,7 @@
 #include <map>
 #include <string>
 
+#include "calibrate/calibrate.h"
 #include "spec/error.h"
 
 namespace hexiseq::cli {
@@ -26,6 +27,10 @@ void AddSimulateCommand(CLI::App& app, Actions& actions);   // simulate
 void AddRuntimeCommands(CLI::App& app, Actions& actions);   // attn-check
 void AddTrainCommand(CLI::App& app, Actions& actions);      // train (hexiseq-train only)
 void AddReportCommand(CLI::App& app, Actions& actions);     // report
-void AddCalibrateCommand(CLI::App& app, Actions& actions);  // calibrate
+// calibrate; `linear_probe` times the linear phase (hexiseq-train passes the trainer's, named
+// `linear_probe_name`; nullptr: one layer's GEMMs with sgemm).
+void AddCalibrateCommand(CLI::App& app, Actions& actions,
+                         calibrate::LinearProbe linear_probe = nullptr,
+                         const char* linear_probe_name = "");
 
 }  // namespace hexiseq::cli

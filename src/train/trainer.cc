@@ -3,6 +3,7 @@
 #include "train/trainer.h"
 
 #include <ATen/Parallel.h>
+#include <malloc.h>
 #include <sys/resource.h>
 #include <torch/csrc/autograd/autograd.h>
 
@@ -97,6 +98,15 @@ Result<std::unique_ptr<DataSource>> CheckInputs(const Plan& plan, const ModelSpe
 void SetComputeThreads(int threads) {
   at::set_num_threads(threads);
   runtime::SetBlasThreads(threads);
+}
+
+void KeepFreedMemory() {
+  constexpr int kMmapThresholdBytes = 32 << 20;  // glibc's largest: blocks below come from the heap
+  constexpr int kTrimThresholdBytes = 1 << 30;   // give the heap's top back only above 1 GiB
+  constexpr int kTopPadBytes = 256 << 20;        // grow the heap in steps of 256 MiB
+  mallopt(M_MMAP_THRESHOLD, kMmapThresholdBytes);
+  mallopt(M_TRIM_THRESHOLD, kTrimThresholdBytes);
+  mallopt(M_TOP_PAD, kTopPadBytes);
 }
 
 int64_t PeakRssBytes() {

@@ -141,6 +141,12 @@ class Trainer {
 // Intra-op threads of libtorch and OpenBLAS threads for this process (default 1 per rank).
 void SetComputeThreads(int threads);
 
+// Keeps freed memory in this process (glibc mallopt): libtorch allocates and frees tensors of
+// megabytes in every step, and glibc's defaults hand them back to the kernel (munmap, heap trim)
+// and fault fresh zeroed pages in on the next step. That made the linear phase of a step up to
+// 1.8x slower than the same work repeated, and noisy (docs/measured.md). Call once at start-up.
+void KeepFreedMemory();
+
 // Peak resident set size of this process in bytes (getrusage).
 int64_t PeakRssBytes();
 

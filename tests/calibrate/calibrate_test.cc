@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "calibrate/calibrate_internal.h"
+#include "cost/cost_model.h"
 #include "spec/cluster.h"
 
 namespace hexiseq::calibrate {
@@ -41,6 +42,19 @@ TEST(CalibrateProbes, GemmFlopsAreTheCostModelsLinearFlops) {
   EXPECT_GT(point.seconds, 0);
   const RatePoint none = internal::TimeLayerGemms(Tiny(), Recompute::kNone, tokens, 1);
   EXPECT_DOUBLE_EQ(none.flops, 2.0 * 34816 * tokens * 3);
+}
+
+TEST(CalibrateProbes, LinearPhaseFlopsAreWhatTheCostModelChargesForOneSequence) {
+  auto cluster = ParseCluster("nodes:\n  - {gpu: H100-SXM, count: 1, gpus_per_node: 1}\n",
+                              "one.yaml", DeviceCatalog());
+  ASSERT_TRUE(cluster.has_value()) << cluster.error().message;
+  for (Recompute recompute : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+    Workload workload;
+    workload.seq_len = 96;
+    workload.recompute = recompute;
+    const double charged = CostModel(*cluster, Tiny(), workload).TotalLinearFlops();
+    EXPECT_NEAR(internal::LinearPhaseFlops(Tiny(), recompute, 96), charged, 1e-12 * charged);
+  }
 }
 
 TEST(CalibrateProbes, AttentionFlopsCountTheCausalAndTheFullBlock) {

@@ -1,0 +1,41 @@
+// calibrate's trainer probe: it charges the cost model's FLOPs for one sequence's linear phase and
+// times the trainer's own passes, padded by --slowdown as train pads them.
+#include "train/linear_probe.h"
+
+#include <gtest/gtest.h>
+
+#include "calibrate/calibrate_internal.h"
+#include "runtime/slowdown.h"
+#include "train/train_test_util.h"
+
+namespace hexiseq::train {
+namespace {
+
+using hexiseq::testing::TinyLlama;
+
+TEST(LinearProbe, ChargesTheCostModelsLinearPhaseFlops) {
+  const ModelSpec model = TinyLlama(8, 2);
+  for (Recompute recompute : {Recompute::kNone, Recompute::kFull}) {
+    const calibrate::RatePoint point = TimeTrainerLinearPhase(model, recompute, 64, 1);
+    EXPECT_EQ(point.tokens, 64);
+    EXPECT_DOUBLE_EQ(point.flops, calibrate::internal::LinearPhaseFlops(model, recompute, 64));
+    EXPECT_GT(point.seconds, 0);
+  }
+}
+
+// Spin padding is exact: a rank slowed 4x takes about 4x as long; other processes on the machine
+// move the ratio a little, so the bound is loose.
+TEST(LinearProbe, SlowdownPadsTheTimedPasses) {
+  constexpr double kFactor = 4;
+  constexpr double kMinRatio = 2.5;
+  const ModelSpec model = TinyLlama(8, 2);
+  const double plain = TimeTrainerLinearPhase(model, Recompute::kNone, 128, 3).seconds;
+  runtime::SetPadMode(runtime::PadMode::kSpin);
+  runtime::SetComputeSlowdown(kFactor);
+  const double slowed = TimeTrainerLinearPhase(model, Recompute::kNone, 128, 3).seconds;
+  runtime::SetComputeSlowdown(1);
+  EXPECT_GT(slowed / plain, kMinRatio) << "plain " << plain << " s, slowed " << slowed << " s";
+}
+
+}  // namespace
+}  // namespace hexiseq::train

@@ -26,6 +26,10 @@ void AddInputFlags(CLI::App* cmd, InputFlags& flags, bool workload) {
   cmd->add_option("--zero", flags.zero,
                   "ZeRO stage: auto (the planner picks the fastest that fits; default) | 0..3")
       ->check(CLI::IsMember({"auto", "0", "1", "2", "3"}));
+  cmd->add_option("--dtype", flags.dtype,
+                  "Precision of activations and gradients: bf16 (default, as GPU training runs) "
+                  "| fp32 (as hexiseq train runs on CPUs)")
+      ->check(CLI::IsMember({"bf16", "fp32"}));
   cmd->add_option("--memory-reserve", flags.memory_reserve,
                   "Fraction of each device's memory kept free")
       ->check(FiniteRange(0.0, 0.95));
@@ -96,6 +100,9 @@ Result<std::unique_ptr<CostModel>> LoadInputs(const InputFlags& flags, const Pla
     w.recompute = *rec;
     w.zero_stage = plan->zero_stage;
     w.memory_reserve = flags.memory_reserve;
+    auto dtype = ParseDtype(plan->dtype);
+    if (!dtype) return std::unexpected(dtype.error());
+    w.bytes_per_element = *dtype;
   } else {
     auto seq = ParseTokenCount(flags.seq, "--seq");
     if (!seq) return std::unexpected(seq.error());
@@ -106,6 +113,9 @@ Result<std::unique_ptr<CostModel>> LoadInputs(const InputFlags& flags, const Pla
     w.recompute = *rec;
     w.zero_stage = flags.zero == "auto" ? 3 : std::stoi(flags.zero);
     w.memory_reserve = flags.memory_reserve;
+    auto dtype = ParseDtype(flags.dtype);
+    if (!dtype) return std::unexpected(dtype.error());
+    w.bytes_per_element = *dtype;
   }
   if (auto r = ValidateWorkload(w); !r) return std::unexpected(r.error());
   return std::make_unique<CostModel>(*cluster, *model, w);

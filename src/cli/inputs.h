@@ -21,10 +21,11 @@ struct InputFlags {
   std::string recompute = "auto";  // auto | full | selective | none
   std::string zero = "auto";       // auto | 0..3
   double memory_reserve = 0.1;
+  std::string dtype = "bf16";  // bf16 | fp32
 };
 
 // Adds --cluster, --model, --device-table; with `workload` also --seq (required), --batch,
-// --recompute, --zero, --memory-reserve.
+// --recompute, --zero, --memory-reserve, --dtype.
 void AddInputFlags(CLI::App* cmd, InputFlags& flags, bool workload);
 
 // The planner chooses the settings given as auto; the workload then holds the auto settings that

@@ -103,7 +103,7 @@ double CostModel::TransferSeconds(int a, int b, double bytes) const {
 }
 
 double CostModel::GradBucketBytes() const {
-  return model_.TotalParams() * k_.grad_bytes_per_param / model_.layers;
+  return model_.TotalParams() * workload_.bytes_per_element / model_.layers;
 }
 
 int CostModel::GradSyncPasses() const {
@@ -202,7 +202,7 @@ MemoryBreakdown CostModel::ModelStateMemory(int shard_ranks) const {
   MemoryBreakdown m;
   m.weights = k_.weight_bytes_per_param * params / (z >= 3 ? n : 1.0);
   if (z >= 3) m.weights += 2 * k_.weight_bytes_per_param * model_.LayerGemmParams();  // prefetch
-  m.gradients = k_.grad_bytes_per_param * params / (z >= 2 ? n : 1.0);
+  m.gradients = workload_.bytes_per_element * params / (z >= 2 ? n : 1.0);
   m.optimizer = k_.optimizer_bytes_per_param * params / (z >= 1 ? n : 1.0);
   return m;
 }

@@ -44,7 +44,6 @@ struct CostConstants {
   double attention_backward_factor = 2.5;  // FlashAttention backward / forward FLOPs
   double linear_backward_factor = 2.0;     // dX and dW GEMMs
   int64_t loss_chunk_tokens = 8192;        // chunked cross-entropy: logits live for this many
-  double grad_bytes_per_param = 2;         // bf16 gradients on the wire
   double weight_bytes_per_param = 2;       // bf16 weights
   double optimizer_bytes_per_param = 12;   // fp32 master + Adam m and v
   int ring_buffers = 2;                    // double-buffered K/V (and dK/dV) blocks

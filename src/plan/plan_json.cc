@@ -26,7 +26,7 @@ using nlohmann::json;
 const std::vector<std::string> kPlanKeys = {
     "format",    "strategy",   "config",     "model",        "seq_len",   "batch",
     "recompute", "zero_stage", "num_heads",  "num_kv_heads", "num_ranks", "replicas",
-    "left_out",  "predicted",  "provenance", "planner",      "input_hash"};
+    "left_out",  "predicted",  "provenance", "planner",      "input_hash", "dtype"};
 // hexiseq.plan/1: one replica, its groups at the top level.
 const std::vector<std::string> kPlanV1Keys = {
     "format",    "strategy",   "config",    "model",        "seq_len",   "batch",
@@ -417,7 +417,8 @@ Result<void> ReadHeader(const Reader& reader, const json& plan_json, Plan& plan)
   for (auto [key, target] : {std::pair{"strategy", &plan.strategy},
                              {"config", &plan.config},
                              {"model", &plan.model},
-                             {"recompute", &plan.recompute}}) {
+                             {"recompute", &plan.recompute},
+                             {"dtype", &plan.dtype}}) {
     HEXISEQ_TRY(node, reader.Field(plan_json, "", key, false));
     if (!node) continue;
     HEXISEQ_TRY(text, reader.String(*node, key));
@@ -426,6 +427,8 @@ Result<void> ReadHeader(const Reader& reader, const json& plan_json, Plan& plan)
   if (!ParseRecompute(plan.recompute))
     return reader.Fail("recompute", Show(json(plan.recompute)), "not a recompute policy",
                        "one of full, selective, none");
+  if (!ParseDtype(plan.dtype))
+    return reader.Fail("dtype", Show(json(plan.dtype)), "not a precision", "bf16 or fp32");
   struct IntField {
     const char* key;
     bool required;
@@ -583,6 +586,7 @@ std::string PlanToJson(const Plan& plan, int indent) {
   j["seq_len"] = plan.seq_len;
   j["batch"] = plan.batch;
   j["recompute"] = plan.recompute;
+  if (plan.dtype != "bf16") j["dtype"] = plan.dtype;
   j["zero_stage"] = plan.zero_stage;
   j["num_heads"] = plan.num_heads;
   j["num_kv_heads"] = plan.num_kv_heads;

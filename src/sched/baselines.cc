@@ -272,6 +272,7 @@ Plan EmptyPlan(const CostModel& model, const std::string& strategy) {
   plan.seq_len = model.workload().seq_len;
   plan.batch = model.workload().batch;
   plan.recompute = RecomputeName(model.workload().recompute);
+  plan.dtype = DtypeName(model.workload().bytes_per_element);
   plan.zero_stage = model.workload().zero_stage;
   plan.num_heads = model.model().heads;
   plan.num_kv_heads = model.model().kv_heads;

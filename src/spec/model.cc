@@ -297,6 +297,19 @@ Result<Recompute> ParseRecompute(const std::string& text) {
                                       "full is the norm for long context"));
 }
 
+const char* DtypeName(int bytes_per_element) {
+  constexpr int kFp8Bytes = 1, kFp32Bytes = 4;
+  return bytes_per_element == kFp32Bytes ? "fp32" : bytes_per_element == kFp8Bytes ? "fp8" : "bf16";
+}
+
+Result<int> ParseDtype(const std::string& text) {
+  const std::string lower = Lower(spec_internal::Trim(text));
+  if (lower == "bf16") return 2;
+  if (lower == "fp32") return 4;
+  return InvalidArgument(FieldMessage("--dtype", Quote(text), "not a precision", "bf16 or fp32",
+                                      "bf16 as GPU training runs; fp32 as hexiseq train runs"));
+}
+
 Result<void> ValidateWorkload(const Workload& w) {
   if (w.seq_len < 1 || w.seq_len > kMaxSeqLen) {
     return InvalidArgument(

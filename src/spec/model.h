@@ -58,6 +58,11 @@ enum class Recompute { kNone, kSelective, kFull };
 const char* RecomputeName(Recompute r);
 Result<Recompute> ParseRecompute(const std::string& text);
 
+// Precision of activations and gradients (Workload::bytes_per_element): "bf16" (2 bytes, as GPU
+// training runs) or "fp32" (4 bytes, as the CPU trainer runs); --dtype and a plan's "dtype".
+const char* DtypeName(int bytes_per_element);
+Result<int> ParseDtype(const std::string& text);
+
 struct Workload {
   int64_t seq_len = 0;  // tokens per sequence S
   int batch = 1;        // sequences per iteration (processed one after another)
@@ -65,7 +70,7 @@ struct Workload {
   int zero_stage = 3;           // 0..3
   int shard_ranks = 0;          // ranks ZeRO shards model state over; 0: the plan's participants
   double memory_reserve = 0.1;  // fraction of each device's memory kept free
-  int bytes_per_element = 2;    // bf16 activations
+  int bytes_per_element = 2;    // activations and gradients: 2 bf16, 4 fp32 (DtypeName)
   bool operator==(const Workload&) const = default;
 };
 

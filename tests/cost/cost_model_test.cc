@@ -118,6 +118,20 @@ TEST(CostModel, AllToAllBytesTwoRanksUneven) {
   EXPECT_EQ(in[0][0], 0);
 }
 
+// --dtype fp32: the all-to-all messages and the gradient bucket carry 4 bytes per
+// element where bf16 carries 2.
+TEST(CostModel, Fp32DoublesMessagesAndGradients) {
+  const ModelSpec model = Tiny();
+  const Cluster cluster = MakeCluster({Device("X", 100, 0.8, 0.6)}, {1}, 2, 0);
+  Workload bf16, fp32;
+  bf16.seq_len = fp32.seq_len = 8;
+  fp32.bytes_per_element = 4;
+  const CostModel half(cluster, model, bf16), full(cluster, model, fp32);
+  PlanGroup g{{0, 1}, {{0, 8}}, {{0, "", 0, {{0, 3}}, {0, 1, 2}}, {1, "", 0, {{3, 8}}, {3}}}};
+  EXPECT_EQ(full.AllToAllBytes(g, true)[1][0], 2 * half.AllToAllBytes(g, true)[1][0]);
+  EXPECT_DOUBLE_EQ(full.GradBucketBytes(), 2 * half.GradBucketBytes());
+}
+
 TEST(CostModel, AllToAllBytesThreeRanksUneven) {
   // Rank 0: 2 tokens, heads {0} (KV 0); rank 1: 7 tokens, heads {1, 2} (KV 0, 1 - cut);
   // rank 2: 0 tokens, head {3} (KV 1).

@@ -257,6 +257,19 @@ TEST(PlanJson, DuplicateKeysAreRejectedWithTheirPath) {
 }
 
 // Found by the plan fuzzer: a path built from long keys made a message of many kilobytes.
+TEST(PlanJson, DtypeIsWrittenWhenNotBf16AndChecked) {
+  Plan plan = GoodPlan();
+  EXPECT_EQ(plan.dtype, "bf16");  // absent: bf16
+  EXPECT_EQ(PlanToJson(plan).find("dtype"), std::string::npos);
+  plan.dtype = "fp32";
+  auto reread = ParsePlanJson(PlanToJson(plan), "fp32.json");
+  ASSERT_TRUE(reread) << reread.error().message;
+  EXPECT_EQ(reread->dtype, "fp32");
+  ExpectError(ErrorOf([](json& j) { j["dtype"] = "fp16"; }),
+              {"p.json: dtype = \"fp16\": not a precision (rule: bf16 or fp32"});
+  ExpectError(ErrorOf([](json& j) { j["dtype"] = 4; }), {"p.json: dtype = 4: must be a string"});
+}
+
 TEST(PlanJson, LongKeysAndTokensMakeShortMessages) {
   constexpr size_t kMaxMessageBytes = 1024;
   const std::string long_key(5000, 'k');

@@ -65,7 +65,7 @@ struct Plan {
   int batch = 1;  // sequences per iteration, over all replicas
   std::string recompute = "full";
   std::string dtype = "bf16";  // activations and gradients (ParseDtype); written when not bf16
-  int zero_stage = 3;  // sharded over the participating ranks (every rank not left out)
+  int zero_stage = 3;          // sharded over the participating ranks (every rank not left out)
   int num_heads = 0;
   int num_kv_heads = 0;
   int num_ranks = 0;

@@ -24,8 +24,8 @@ using nlohmann::json;
 // the Python package and the trainer all save plans through it), plus `planner` and
 // `input_hash` at the top level, where plans before `provenance` kept them.
 const std::vector<std::string> kPlanKeys = {
-    "format",    "strategy",   "config",     "model",        "seq_len",   "batch",
-    "recompute", "zero_stage", "num_heads",  "num_kv_heads", "num_ranks", "replicas",
+    "format",    "strategy",   "config",     "model",        "seq_len",    "batch",
+    "recompute", "zero_stage", "num_heads",  "num_kv_heads", "num_ranks",  "replicas",
     "left_out",  "predicted",  "provenance", "planner",      "input_hash", "dtype"};
 // hexiseq.plan/1: one replica, its groups at the top level.
 const std::vector<std::string> kPlanV1Keys = {

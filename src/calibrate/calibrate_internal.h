@@ -29,10 +29,6 @@ struct PassWeights {
 };
 PassWeights LinearWeights(const ModelSpec& model, Recompute recompute);
 PassWeights AttentionWeights(Recompute recompute);
-// The FLOPs the cost model charges for one sequence's linear phase on `tokens` rows: every
-// layer's GEMMs (forward, backward, recompute) and the LM head (forward, backward); that is
-// RankCost::linear_seconds x GemmFlops() for batch 1.
-double LinearPhaseFlops(const ModelSpec& model, Recompute recompute, int64_t tokens);
 
 // One layer's GEMMs at `tokens` rows (forward Y = X W^T; backward dX = dY W and dW = dY^T X),
 // each timed call inside a --slowdown compute region.

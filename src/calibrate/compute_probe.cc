@@ -114,15 +114,6 @@ PassWeights LinearWeights(const ModelSpec& model, Recompute recompute) {
   return {constants.linear_backward_factor, passes};
 }
 
-double LinearPhaseFlops(const ModelSpec& model, Recompute recompute, int64_t tokens) {
-  const PassWeights weights = LinearWeights(model, recompute);
-  const double layer = 2.0 * model.LayerGemmParams() * static_cast<double>(tokens) *
-                       (1 + weights.backward_factor + weights.recompute_passes);
-  const double head = 2.0 * static_cast<double>(tokens) * model.vocab * model.hidden *
-                      (1 + weights.backward_factor);
-  return model.layers * layer + head;
-}
-
 PassWeights AttentionWeights(Recompute recompute) {
   const CostConstants constants;
   return {constants.attention_backward_factor, recompute == Recompute::kFull ? 1.0 : 0.0};

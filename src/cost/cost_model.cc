@@ -1108,15 +1108,21 @@ PlanCost CostModel::Evaluate(const Plan& plan) const {
   return Combine(plan, groups);
 }
 
+double LinearPhaseFlops(const ModelSpec& model, Recompute recompute, int64_t tokens,
+                        const CostConstants& constants) {
+  const double s = static_cast<double>(tokens);
+  const double mlp_fraction = model.MlpParams() / model.LayerGemmParams();
+  const double rec = recompute == Recompute::kFull        ? 1.0
+                     : recompute == Recompute::kSelective ? mlp_fraction
+                                                          : 0.0;
+  const double layer =
+      s * 2.0 * model.LayerGemmParams() * (1 + constants.linear_backward_factor + rec);
+  const double head = 2.0 * s * model.vocab * model.hidden * (1 + constants.linear_backward_factor);
+  return model.layers * layer + head;
+}
+
 double CostModel::TotalLinearFlops() const {
-  const double s = static_cast<double>(workload_.seq_len);
-  const double mlp_fraction = model_.MlpParams() / model_.LayerGemmParams();
-  const double rec = workload_.recompute == Recompute::kFull        ? 1.0
-                     : workload_.recompute == Recompute::kSelective ? mlp_fraction
-                                                                    : 0.0;
-  const double layer = s * LinearForwardFlopsPerToken() * (1 + k_.linear_backward_factor + rec);
-  const double head = 2.0 * s * model_.vocab * model_.hidden * (1 + k_.linear_backward_factor);
-  return workload_.batch * (model_.layers * layer + head);
+  return workload_.batch * LinearPhaseFlops(model_, workload_.recompute, workload_.seq_len, k_);
 }
 
 double CostModel::TotalAttentionFlops() const {

@@ -49,6 +49,12 @@ struct CostConstants {
   int ring_buffers = 2;                    // double-buffered K/V (and dK/dV) blocks
 };
 
+// FLOPs charged for one sequence's linear phase on `tokens` rows: every layer's GEMMs (forward,
+// backward, recompute) and the LM head (forward, backward). CostModel::TotalLinearFlops is this
+// x batch; calibrate's linear probes count their points with it.
+double LinearPhaseFlops(const ModelSpec& model, Recompute recompute, int64_t tokens,
+                        const CostConstants& constants = {});
+
 struct MemoryBreakdown {
   double weights = 0, gradients = 0, optimizer = 0;  // model state, by ZeRO stage
   double activations = 0;        // token-layout activations kept for backward (by recompute)

@@ -78,11 +78,7 @@ std::string Index(const std::string& path, size_t index) {
 }
 // A key as a path element: as written when it is short and printable, else quoted and cut.
 std::string Key(const std::string& path, const std::string& key) {
-  const bool plain =
-      key.size() <= kMaxShownChars && std::all_of(key.begin(), key.end(), [](unsigned char c) {
-        return c > 0x20 && c < 0x7f && c != '"' && c != '\\';
-      });
-  const std::string shown = plain ? key : Show(json(key));
+  const std::string shown = IsPlainFieldName(key) ? key : Show(json(key));
   return path.empty() ? shown : path + "." + shown;
 }
 // A path for a message: its last kMaxShownPathChars characters.

@@ -1,5 +1,6 @@
 #include "spec/error.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -36,6 +37,12 @@ void AssertFail(const char* expr, const char* file, int line, const char* what) 
   std::fprintf(stderr, "hexiseq: internal error: %s:%d: check failed: %s (%s)\n", file, line, expr,
                what);
   std::abort();
+}
+
+bool IsPlainFieldName(const std::string& key) {
+  return key.size() <= kMaxPlainFieldNameChars &&
+         std::all_of(key.begin(), key.end(),
+                     [](unsigned char c) { return c > 0x20 && c < 0x7f && c != '"' && c != '\\'; });
 }
 
 }  // namespace hexiseq

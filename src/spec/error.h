@@ -46,6 +46,11 @@ std::string FieldMessage(const std::string& where, const std::string& value,
                          const std::string& problem, const std::string& rule,
                          const std::string& hint);
 
+// Whether a key can be shown unquoted in a field path: at most kMaxPlainFieldNameChars printable,
+// non-space characters without quotes or backslashes; readers quote (and cut) any other key.
+inline constexpr size_t kMaxPlainFieldNameChars = 60;
+bool IsPlainFieldName(const std::string& key);
+
 // Always-on assertion for internal invariants (bugs, never user input).
 [[noreturn]] void AssertFail(const char* expr, const char* file, int line, const char* what);
 #define HEXISEQ_CHECK(cond, what) \

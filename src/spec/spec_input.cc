@@ -46,13 +46,6 @@ bool IsPlainNumber(const std::string& text) {
   return ec == std::errc() && ptr == text.data() + text.size() && std::isfinite(value);
 }
 
-// A key short and printable enough to show unquoted in a field path.
-bool IsPlainName(const std::string& text) {
-  return text.size() <= kMaxQuotedChars &&
-         std::all_of(text.begin(), text.end(),
-                     [](unsigned char c) { return c > 0x20 && c < 0x7f && c != '"' && c != '\\'; });
-}
-
 // Shows numbers bare (count = 0) and text quoted (count = "abc").
 std::string ShowScalar(const std::string& text) { return IsPlainNumber(text) ? text : Quote(text); }
 
@@ -217,7 +210,7 @@ Result<std::vector<std::pair<std::string, YAML::Node>>> CheckedEntries(
                                           "remove the list or mapping used as a key"));
     }
     const std::string key = it->first.Scalar();
-    const std::string shown_key = IsPlainName(key) ? key : Quote(key);
+    const std::string shown_key = IsPlainFieldName(key) ? key : Quote(key);
     const std::string key_where = where.empty()         ? shown_key
                                   : where.back() == ':' ? where + " " + shown_key
                                                         : where + "." + shown_key;

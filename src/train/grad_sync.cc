@@ -7,16 +7,12 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
-#include <chrono>
 
 #include "spec/error.h"
+#include "train/clock.h"
 
 namespace hexiseq::train {
 namespace {
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Runs after a parameter's AccumulateGrad node, i.e. once its .grad() holds this backward's sum.
 class ReadyHook : public torch::autograd::FunctionPostHook {

@@ -1,15 +1,16 @@
 // The trainer's linear-phase probe (linear_probe.h).
 #include "train/linear_probe.h"
 
-#include <chrono>
 #include <memory>
 #include <numeric>
 #include <vector>
 
 #include "calibrate/calibrate_internal.h"
+#include "cost/cost_model.h"
 #include "runtime/comm.h"
 #include "runtime/dist_attention.h"
 #include "runtime/slowdown.h"
+#include "train/clock.h"
 #include "train/llama.h"
 #include "train/trainer.h"
 
@@ -17,10 +18,6 @@ namespace hexiseq::train {
 namespace {
 
 constexpr uint64_t kProbeSeed = 1;  // weights and tokens: any values time the same
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // One rank holding all `tokens` positions and every head.
 Plan OneRankPlan(const ModelSpec& model, int64_t tokens) {
@@ -109,7 +106,7 @@ calibrate::RatePoint TimeTrainerLinearPhase(const ModelSpec& model, Recompute re
   }
   calibrate::RatePoint point;
   point.tokens = tokens;
-  point.flops = calibrate::internal::LinearPhaseFlops(model, recompute, tokens);
+  point.flops = LinearPhaseFlops(model, recompute, tokens);
   point.seconds = calibrate::internal::Median(forward) + calibrate::internal::Median(backward);
   return point;
 }

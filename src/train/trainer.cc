@@ -7,22 +7,18 @@
 #include <sys/resource.h>
 #include <torch/csrc/autograd/autograd.h>
 
-#include <chrono>
 #include <cmath>
 #include <limits>
 
 #include "runtime/attention_kernels.h"
 #include "runtime/dist_attention.h"
 #include "runtime/slowdown.h"
+#include "train/clock.h"
 
 namespace hexiseq::train {
 namespace {
 
 constexpr int64_t kBytesPerKiB = 1024;
-
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 // Every rank of `comm` (the world, or the participants) passes its own outcome; all return an
 // error when any failed. A failing rank keeps its own message; the others name the failing ranks

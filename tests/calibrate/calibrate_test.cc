@@ -53,7 +53,7 @@ TEST(CalibrateProbes, LinearPhaseFlopsAreWhatTheCostModelChargesForOneSequence) 
     workload.seq_len = 96;
     workload.recompute = recompute;
     const double charged = CostModel(*cluster, Tiny(), workload).TotalLinearFlops();
-    EXPECT_NEAR(internal::LinearPhaseFlops(Tiny(), recompute, 96), charged, 1e-12 * charged);
+    EXPECT_NEAR(LinearPhaseFlops(Tiny(), recompute, 96), charged, 1e-12 * charged);
   }
 }
 

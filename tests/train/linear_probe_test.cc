@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "calibrate/calibrate_internal.h"
+#include "cost/cost_model.h"
 #include "runtime/slowdown.h"
 #include "train/train_test_util.h"
 
@@ -18,7 +18,7 @@ TEST(LinearProbe, ChargesTheCostModelsLinearPhaseFlops) {
   for (Recompute recompute : {Recompute::kNone, Recompute::kFull}) {
     const calibrate::RatePoint point = TimeTrainerLinearPhase(model, recompute, 64, 1);
     EXPECT_EQ(point.tokens, 64);
-    EXPECT_DOUBLE_EQ(point.flops, calibrate::internal::LinearPhaseFlops(model, recompute, 64));
+    EXPECT_DOUBLE_EQ(point.flops, LinearPhaseFlops(model, recompute, 64));
     EXPECT_GT(point.seconds, 0);
   }
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <vector>
 
 #include "spec/units.h"
@@ -77,6 +78,17 @@ struct CostModel::GroupScratch {
   std::vector<int64_t> s;
   std::vector<int> h, kv;
   std::vector<double> s_d, h_d, kv_d, lin, a2a, replica_copy, ring_chain;
+  std::vector<double> ring_fwd, ring_bwd;  // per member: its ring phase, forward and backward
+  std::vector<double> release;             // per member: when its all-to-all pieces may leave
+  // Member a -> member b, from LocalPhase: the seconds of a's Q/K/V piece to b and of its O
+  // piece to b on their own, the link's latency and whether it stays in the node.
+  struct PairLink {
+    double qkv_seconds = 0, o_seconds = 0, latency = 0;
+    bool intra = false;
+  };
+  std::vector<PairLink> pair_links;  // [member a * members + member b]
+  double a2a_qkv = 0, a2a_o = 0;     // LocalPhase's exchange times, every member ready together
+  std::vector<int> by_release;       // members in order of release
   std::vector<double> kv_ports, return_ports;  // [member * kPorts + port] seconds
   std::vector<uint8_t> needs;  // [member * num_kv + kv head]: the member holds a query head of it
   std::vector<int> mine;
@@ -278,6 +290,7 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
   LocalPhase(group, scratch, out);
   RingPortTimes(plan, group_index, ring, scratch, out);
   MemberFigures(group, ring, scratch, out);
+  StaggeredLocal(group, scratch, out);
   finish_memory();
   return out;
 }
@@ -319,6 +332,8 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
       const int b = group.members[j].rank;
       const bool intra = cluster_.SameNode(a, b);
       const double latency = cluster_.Latency(a, b), bandwidth = cluster_.Bandwidth(a, b);
+      scratch.pair_links[r * m + j] = {bytes_of(true, r, j) / bandwidth,
+                                       bytes_of(false, r, j) / bandwidth, latency, intra};
       for (int dir = 0; dir < 2; ++dir) {
         const bool inbound = dir == 0;
         const double send = bytes_of(inbound, r, j), recv = bytes_of(inbound, j, r);
@@ -341,6 +356,7 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
   std::vector<double>& a2a = scratch.a2a;
   lin.resize(m);
   a2a.resize(m);
+  scratch.pair_links.resize(m * m);
   for (size_t i = 0; i < m; ++i) {
     const DeviceSpec& dev = cluster_.device(group.members[i].rank);
     lin[i] = s[i] * lin_flops_per_token / dev.GemmFlops();
@@ -351,10 +367,71 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
     a2a_out = std::max(a2a_out, outb);
     lin_max = std::max(lin_max, lin[i]);
   }
-  out.local_fwd = a2a_out + lin_max + a2a_in;
+  scratch.a2a_qkv = a2a_in;
+  scratch.a2a_o = a2a_out;
+  out.local_fwd = a2a_out + lin_max + a2a_in;  // all members ready together; see StaggeredLocal
   out.local_bwd = a2a_out + k_.linear_backward_factor * lin_max + a2a_in;
   out.recompute = mlp_fraction * lin_max;  // used by selective recompute only
   out.lin_fwd = lin_max;
+}
+
+// One all-to-all of a group whose member j enters the phase at scratch.release[j] (<= 0; the
+// last one at 0): a piece leaves once both its ends are in the phase (the runtime's exchange is a
+// rendezvous), each port takes its pieces one after another in order of their start, then its
+// largest latency. With every release equal this is LocalPhase's port total. Seconds after the
+// last member entered. Peers are visited in order of release, so a port's pieces come in order of
+// their start (the later of the two ends') without a sort per port.
+double CostModel::StaggeredAllToAll(const PlanGroup& group, bool qkv, GroupScratch& scratch) const {
+  const size_t m = group.members.size();
+  const std::vector<double>& release = scratch.release;
+  std::vector<int>& order = scratch.by_release;
+  order.resize(m);
+  for (size_t i = 0; i < m; ++i) order[i] = static_cast<int>(i);
+  std::sort(order.begin(), order.end(), [&](int x, int y) { return release[x] < release[y]; });
+  constexpr double kIdle = -std::numeric_limits<double>::infinity();
+  double done = 0;
+  for (size_t r = 0; r < m; ++r) {
+    double finish[kPorts] = {kIdle, kIdle, kIdle, kIdle}, latency_of[kPorts] = {};
+    for (int j : order) {
+      if (static_cast<size_t>(j) == r) continue;
+      const GroupScratch::PairLink& link = scratch.pair_links[r * m + j];
+      const GroupScratch::PairLink& back = scratch.pair_links[j * m + r];
+      const double start = std::max(release[r], release[j]);
+      const double send = qkv ? link.qkv_seconds : link.o_seconds;
+      const double receive = qkv ? back.qkv_seconds : back.o_seconds;
+      for (const auto& [seconds, port] : {std::pair{send, link.intra ? kSendIntra : kSendInter},
+                                          {receive, link.intra ? kRecvIntra : kRecvInter}}) {
+        if (seconds <= 0) continue;
+        finish[port] = std::max(finish[port], start) + seconds;
+        latency_of[port] = std::max(latency_of[port], link.latency);
+      }
+    }
+    for (int port = 0; port < kPorts; ++port)
+      if (finish[port] != kIdle) done = std::max(done, finish[port] + latency_of[port]);
+  }
+  return done;
+}
+
+// The local phase again, now that each member's ring phase is known: members that finish their
+// ring (or their linear layers) early start their all-to-all pieces early, so part of the
+// exchange hides behind the slowest member's work. Forward: O out after the ring, Q/K/V in after
+// the linear layers; backward: dQ/dK/dV out after the ring, dO in after the linear layers.
+void CostModel::StaggeredLocal(const PlanGroup& group, GroupScratch& scratch,
+                               GroupCost& out) const {
+  const size_t m = group.members.size();
+  if (m < 2) return;
+  auto exchange = [&](const std::vector<double>& ready, double scale, bool qkv) {
+    const auto [first, last] = std::minmax_element(ready.begin(), ready.end());
+    if (*first == *last) return qkv ? scratch.a2a_qkv : scratch.a2a_o;
+    scratch.release.resize(m);
+    for (size_t i = 0; i < m; ++i) scratch.release[i] = scale * (ready[i] - *last);
+    return StaggeredAllToAll(group, qkv, scratch);
+  };
+  const double factor = k_.linear_backward_factor;
+  out.local_fwd = exchange(scratch.ring_fwd, 1, /*qkv=*/false) + out.lin_fwd +
+                  exchange(scratch.lin, 1, /*qkv=*/true);
+  out.local_bwd = exchange(scratch.ring_bwd, 1, /*qkv=*/true) + factor * out.lin_fwd +
+                  exchange(scratch.lin, factor, /*qkv=*/false);
 }
 
 namespace {
@@ -662,6 +739,8 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
   const int64_t causal_pairs = CausalPrefixPairs(group.tokens);
   const int64_t diag_pairs = CausalPairs(group.tokens, group.tokens);
   const int steps = ring.ring_size;
+  scratch.ring_fwd.resize(m);
+  scratch.ring_bwd.resize(m);
   for (size_t i = 0; i < m; ++i) {
     const DeviceSpec& dev = cluster_.device(group.members[i].rank);
     const double compute =
@@ -693,6 +772,8 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
     }
     out.ring_fwd = std::max(out.ring_fwd, fwd);
     out.ring_bwd = std::max(out.ring_bwd, bwd);
+    scratch.ring_fwd[i] = fwd;
+    scratch.ring_bwd[i] = bwd;
     out.attn_compute_fwd = std::max(out.attn_compute_fwd, compute);
     out.ring_comm_fwd = std::max(out.ring_comm_fwd, comm);
 

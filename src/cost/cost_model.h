@@ -261,6 +261,8 @@ class CostModel {
   int PeerPrimary(const Plan& plan, int group_index, int kv_head, GroupScratch& scratch) const;
   void MemberFigures(const PlanGroup& group, const RingContext& ring, GroupScratch& scratch,
                      GroupCost& out) const;
+  double StaggeredAllToAll(const PlanGroup& group, bool qkv, GroupScratch& scratch) const;
+  void StaggeredLocal(const PlanGroup& group, GroupScratch& scratch, GroupCost& out) const;
   void ActivationMemory(int64_t tokens, int query_heads, int kv_heads, int64_t group_tokens,
                         const RingContext& ring, MemoryBreakdown& mem) const;
 

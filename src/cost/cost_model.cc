@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "spec/units.h"
@@ -99,9 +100,49 @@ struct CostModel::GroupScratch {
   std::vector<int> peer_members;
 };
 
+namespace {
+
+std::string HashOfInputs(const Cluster& cluster, const ModelSpec& model, const Workload& workload) {
+  constexpr uint64_t kFnvOffset = 1469598103934665603ull, kFnvPrime = 1099511628211ull;
+  uint64_t hash = kFnvOffset;
+  auto mix = [&hash](const std::string& text) {
+    for (unsigned char byte : text) {
+      hash ^= byte;
+      hash *= kFnvPrime;
+    }
+  };
+  mix(cluster.name);
+  for (const NodeKind& kind : cluster.kinds) {
+    mix(kind.device.name + std::to_string(kind.count) + "x" + std::to_string(kind.gpus_per_node) +
+        "/" + std::to_string(kind.intra_node_bytes_per_second) + "/" +
+        std::to_string(kind.nic_bytes_per_second) + "/" +
+        std::to_string(kind.device.gemm_efficiency) + "/" +
+        std::to_string(kind.device.attention_efficiency));
+  }
+  for (const LinkOverride& link : cluster.links)
+    mix(std::to_string(link.kind_a) + "-" + std::to_string(link.kind_b) + ":" +
+        std::to_string(link.bytes_per_second));
+  mix(model.name + std::to_string(model.layers) + "/" + std::to_string(model.hidden) + "/" +
+      std::to_string(model.heads) + "/" + std::to_string(model.kv_heads));
+  mix(std::to_string(workload.seq_len) + "/" + std::to_string(workload.batch) + "/" +
+      RecomputeName(workload.recompute) + "/" + std::to_string(workload.zero_stage) + "/" +
+      std::to_string(workload.memory_reserve));
+  char text[20];
+  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
+
+}  // namespace
+
 CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Workload& workload,
                      CostConstants constants)
     : cluster_(cluster), model_(model), workload_(workload), k_(constants) {}
+
+const std::string& CostModel::InputHash() const {
+  std::call_once(input_hash_->once,
+                 [this] { input_hash_->value = HashOfInputs(cluster_, model_, workload_); });
+  return input_hash_->value;
+}
 
 double CostModel::LinearForwardFlopsPerToken() const { return 2.0 * model_.LayerGemmParams(); }
 

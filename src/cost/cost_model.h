@@ -29,6 +29,8 @@
 // norms/RoPE/softmax FLOPs (< 1%).
 #pragma once
 
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -249,6 +251,9 @@ class CostModel {
   const Cluster& cluster() const { return cluster_; }
   const ModelSpec& model() const { return model_; }
   const Workload& workload() const { return workload_; }
+  // A fingerprint of the cluster, model and workload (a plan's provenance): FNV-1a over the
+  // inputs that determine a plan, 16 hex digits. Computed once; copies of the model share it.
+  const std::string& InputHash() const;
   const CostConstants& constants() const { return k_; }
 
  private:
@@ -296,6 +301,11 @@ class CostModel {
   ModelSpec model_;
   Workload workload_;
   CostConstants k_;
+  struct HashMemo {
+    std::once_flag once;
+    std::string value;
+  };
+  std::shared_ptr<HashMemo> input_hash_ = std::make_shared<HashMemo>();
 };
 
 // Convenience: evaluates and writes the prediction into the plan.

@@ -10,37 +10,6 @@
 namespace hexiseq {
 namespace {
 
-std::string InputHash(const CostModel& model) {
-  // FNV-1a over the inputs that determine a plan.
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&h](const std::string& s) {
-    for (unsigned char c : s) {
-      h ^= c;
-      h *= 1099511628211ull;
-    }
-  };
-  const Cluster& c = model.cluster();
-  mix(c.name);
-  for (const NodeKind& k : c.kinds) {
-    mix(k.device.name + std::to_string(k.count) + "x" + std::to_string(k.gpus_per_node) + "/" +
-        std::to_string(k.intra_node_bytes_per_second) + "/" +
-        std::to_string(k.nic_bytes_per_second) + "/" + std::to_string(k.device.gemm_efficiency) +
-        "/" + std::to_string(k.device.attention_efficiency));
-  }
-  for (const LinkOverride& l : c.links)
-    mix(std::to_string(l.kind_a) + "-" + std::to_string(l.kind_b) + ":" +
-        std::to_string(l.bytes_per_second));
-  const ModelSpec& m = model.model();
-  mix(m.name + std::to_string(m.layers) + "/" + std::to_string(m.hidden) + "/" +
-      std::to_string(m.heads) + "/" + std::to_string(m.kv_heads));
-  const Workload& w = model.workload();
-  mix(std::to_string(w.seq_len) + "/" + std::to_string(w.batch) + "/" + RecomputeName(w.recompute) +
-      "/" + std::to_string(w.zero_stage) + "/" + std::to_string(w.memory_reserve));
-  char buf[20];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
-  return buf;
-}
-
 std::vector<int> AllHeads(int num_heads) {
   std::vector<int> heads(num_heads);
   std::iota(heads.begin(), heads.end(), 0);
@@ -278,7 +247,7 @@ Plan EmptyPlan(const CostModel& model, const std::string& strategy) {
   plan.num_kv_heads = model.model().kv_heads;
   plan.num_ranks = model.cluster().num_ranks();
   plan.planner = "hexiseq 0.1.0";
-  plan.input_hash = InputHash(model);
+  plan.input_hash = model.InputHash();
   return plan;
 }
 

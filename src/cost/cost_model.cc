@@ -30,6 +30,10 @@ void PrimaryMembers(const PlanGroup& group, int num_heads, int num_kv_heads,
     }
 }
 
+// Groups of more members keep the local phase with every member ready together (an upper
+// bound): StaggeredAllToAll's pair table is members^2 entries (32 MB at this size).
+constexpr size_t kMaxStaggeredMembers = 1024;
+
 // A rank's four ports, each busy on its own: NVLink and NIC, send and receive.
 enum Port : int { kSendIntra = 0, kSendInter = 1, kRecvIntra = 2, kRecvInter = 3, kPorts = 4 };
 
@@ -373,8 +377,9 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
       const int b = group.members[j].rank;
       const bool intra = cluster_.SameNode(a, b);
       const double latency = cluster_.Latency(a, b), bandwidth = cluster_.Bandwidth(a, b);
-      scratch.pair_links[r * m + j] = {bytes_of(true, r, j) / bandwidth,
-                                       bytes_of(false, r, j) / bandwidth, latency, intra};
+      if (!scratch.pair_links.empty())
+        scratch.pair_links[r * m + j] = {bytes_of(true, r, j) / bandwidth,
+                                         bytes_of(false, r, j) / bandwidth, latency, intra};
       for (int dir = 0; dir < 2; ++dir) {
         const bool inbound = dir == 0;
         const double send = bytes_of(inbound, r, j), recv = bytes_of(inbound, j, r);
@@ -397,7 +402,7 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
   std::vector<double>& a2a = scratch.a2a;
   lin.resize(m);
   a2a.resize(m);
-  scratch.pair_links.resize(m * m);
+  scratch.pair_links.resize(m <= kMaxStaggeredMembers ? m * m : 0);
   for (size_t i = 0; i < m; ++i) {
     const DeviceSpec& dev = cluster_.device(group.members[i].rank);
     lin[i] = s[i] * lin_flops_per_token / dev.GemmFlops();
@@ -460,7 +465,7 @@ double CostModel::StaggeredAllToAll(const PlanGroup& group, bool qkv, GroupScrat
 void CostModel::StaggeredLocal(const PlanGroup& group, GroupScratch& scratch,
                                GroupCost& out) const {
   const size_t m = group.members.size();
-  if (m < 2) return;
+  if (m < 2 || m > kMaxStaggeredMembers) return;
   auto exchange = [&](const std::vector<double>& ready, double scale, bool qkv) {
     const auto [first, last] = std::minmax_element(ready.begin(), ready.end());
     if (*first == *last) return qkv ? scratch.a2a_qkv : scratch.a2a_o;

@@ -100,12 +100,12 @@ Scenario RandomScenario(std::mt19937_64& rng) {
 }
 
 std::vector<StrategyResult> AllStrategies(const CostModel& cost) {
-  std::vector<StrategyResult> results = {RingBaseline(cost), UlyssesBaseline(cost),
-                                         UspBaseline(cost), HeteroRingBaseline(cost),
-                                         SubsetBaseline(cost)};
+  std::vector<StrategyResult> results = {
+      RingBaseline(cost.problem()), UlyssesBaseline(cost.problem()), UspBaseline(cost.problem()),
+      HeteroRingBaseline(cost.problem()), SubsetBaseline(cost.problem())};
   ScheduleOptions options;
   options.explain_infeasible = false;
-  if (auto planned = Schedule(cost, options)) {
+  if (auto planned = Schedule(cost.problem(), options)) {
     planned->strategy = "hexiseq";
     results.push_back(*planned);
   }
@@ -114,7 +114,7 @@ std::vector<StrategyResult> AllStrategies(const CostModel& cost) {
 
 // ---- Replica plans composed from baselines on node subsets.
 
-using Baseline = StrategyResult (*)(const CostModel&, const Deadline&);  // run without a deadline
+using Baseline = StrategyResult (*)(const Problem&, const Deadline&);  // run without a deadline
 
 // Nodes [first_node, first_node + count) of one kind as a cluster of their own (world ranks in
 // `world_ranks`).
@@ -150,7 +150,7 @@ std::optional<Part> BaselineOnNodes(const Scenario& scenario, Baseline baseline,
   const Cluster part = NodeSubset(scenario.cluster, first_node, count, &world_ranks);
   Workload workload = scenario.workload;
   workload.batch = 1;
-  const StrategyResult result = baseline(CostModel(part, scenario.model, workload), Deadline{});
+  const StrategyResult result = baseline(Problem{part, scenario.model, workload}, Deadline{});
   if (!result.feasible()) return std::nullopt;
   return Part{EmbedPlan(result.plan, world_ranks, scenario.cluster.num_ranks()),
               result.cost.iteration_seconds - result.cost.grad_sync_seconds};
@@ -197,7 +197,7 @@ size_t SlowestKind(const Cluster& cluster, const std::vector<std::pair<int, int>
 
 // The subset baseline's plan with its idle ranks left out instead of in an idle group.
 std::optional<Plan> SubsetLeavingOut(const CostModel& cost) {
-  StrategyResult subset = SubsetBaseline(cost);
+  StrategyResult subset = SubsetBaseline(cost.problem());
   if (!subset.feasible()) return std::nullopt;
   Plan plan = subset.plan;
   plan.predicted.reset();
@@ -263,7 +263,7 @@ bool SampleReplicaPlans(const Scenario& scenario,
     const CostModel cost(scenario.cluster, scenario.model, workload);
     const PlanCost predicted = cost.Evaluate(plan);
     if (!predicted.feasible) continue;
-    auto sim = sim::Simulate(plan, cost);
+    auto sim = sim::Simulate(plan, cost.problem());
     if (!sim) {
       std::fprintf(stderr, "simulate failed: %s\n", sim.error().message.c_str());
       return false;
@@ -377,7 +377,7 @@ int Run(int min_plans, uint64_t seed, bool compare_routes) {
     std::vector<double> modelled, simulated;
     for (const StrategyResult& result : AllStrategies(cost)) {
       if (!result.feasible()) continue;
-      auto sim = sim::Simulate(result.plan, cost);
+      auto sim = sim::Simulate(result.plan, cost.problem());
       if (!sim) {
         std::fprintf(stderr, "simulate failed: %s\n", sim.error().message.c_str());
         return 1;
@@ -385,7 +385,7 @@ int Run(int min_plans, uint64_t seed, bool compare_routes) {
       if (compare_routes) {
         sim::SimOptions direct;
         direct.dkv_route = DkvRoute::kDirectToOwner;
-        auto other = sim::Simulate(result.plan, cost, direct);
+        auto other = sim::Simulate(result.plan, cost.problem(), direct);
         if (!other) {
           std::fprintf(stderr, "simulate failed: %s\n", other.error().message.c_str());
           return 1;

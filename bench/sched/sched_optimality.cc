@@ -115,11 +115,11 @@ int main(int argc, char** argv) {
     desc += "b" + std::to_string(w.batch) + " z" + std::to_string(w.zero_stage) + " " +
             RecomputeName(w.recompute) + " ";
     auto t0 = std::chrono::steady_clock::now();
-    auto s = Schedule(model);
+    auto s = Schedule(model.problem());
     auto t1 = std::chrono::steady_clock::now();
     ScheduleOptions exact_options;
     exact_options.explain_infeasible = false;
-    auto e = ExactSearch(model, exact_options);
+    auto e = ExactSearch(model.problem(), exact_options);
     auto t2 = std::chrono::steady_clock::now();
     sched_time += std::chrono::duration<double>(t1 - t0).count();
     exact_time += std::chrono::duration<double>(t2 - t1).count();

@@ -44,9 +44,9 @@ int main(int argc, char** argv) {
       Workload w;
       w.seq_len = seq;
       CostModel model(*cluster, sched_test::Model(name), w);
-      auto r = Schedule(model);
+      auto r = Schedule(model.problem());
       const StrategyResult* best = nullptr;
-      const std::vector<StrategyResult> baselines = AllBaselines(model);
+      const std::vector<StrategyResult> baselines = AllBaselines(model.problem());
       for (const StrategyResult& b : baselines)
         if (b.feasible() && (!best || b.cost.iteration_seconds < best->cost.iteration_seconds))
           best = &b;

@@ -46,7 +46,7 @@ Timing Seconds(F&& run) {
 double BestBaseline(const CostModel& model, const ScheduleOptions& options) {
   double best = 1e300;
   for (const std::string& name : {"ring", "ulysses", "usp", "hetero-ring", "subset"}) {
-    auto result = RunStrategy(model, name, options);
+    auto result = RunStrategy(model.problem(), name, options);
     if (result && result->feasible()) best = std::min(best, result->cost.iteration_seconds);
   }
   return best;
@@ -76,12 +76,13 @@ int Speed(std::vector<int> sizes) {
     workload.zero_stage = 1;
     const CostModel model(sched_test::MixedCluster(gpus), sched_test::Model("llama3-8b"), workload);
     Result<StrategyResult> fixed, chosen;
-    const Timing fixed_seconds = Seconds([&] { fixed = Schedule(model); });
+    const Timing fixed_seconds = Seconds([&] { fixed = Schedule(model.problem()); });
     std::fprintf(stderr, "%d GPUs: fixed settings planned in %.3f s (%.3f s CPU)\n", gpus,
                  fixed_seconds.wall, fixed_seconds.cpu);
     ScheduleOptions automatic;
     automatic.zero_auto = automatic.recompute_auto = true;
-    const Timing auto_seconds = Seconds([&] { chosen = RunStrategy(model, "hexiseq", automatic); });
+    const Timing auto_seconds =
+        Seconds([&] { chosen = RunStrategy(model.problem(), "hexiseq", automatic); });
     if (!fixed || !chosen) {
       std::printf("%-6d no plan\n", gpus);
       continue;
@@ -110,14 +111,14 @@ int Ideal() {
                               workload);
         Result<StrategyResult> chosen;
         const double seconds =
-            Seconds([&] { chosen = RunStrategy(model, "hexiseq", automatic); }).wall;
+            Seconds([&] { chosen = RunStrategy(model.problem(), "hexiseq", automatic); }).wall;
         if (!chosen) {
           std::printf("%-6d %-8lld %-6d no plan\n", gpus, static_cast<long long>(seq), batch);
           continue;
         }
         const double baseline = BestBaseline(model, automatic);
         Check(model, *chosen, baseline);
-        const double ideal = IdealIterationSeconds(model, automatic);
+        const double ideal = IdealIterationSeconds(model.problem(), automatic);
         std::printf("%-6d %-8lld %-6d %-10.3f %-10.3f %-12.3f %d/%-4s %s\n", gpus,
                     static_cast<long long>(seq), batch, ideal / chosen->cost.iteration_seconds,
                     ideal / baseline, seconds, chosen->plan.zero_stage,
@@ -151,7 +152,7 @@ int Quality() {
                           workload);
     double hexiseq = 0;
     for (const std::string& name : {"hexiseq", "ring", "ulysses", "usp", "hetero-ring", "subset"}) {
-      auto result = RunStrategy(model, name, automatic);
+      auto result = RunStrategy(model.problem(), name, automatic);
       const bool scored = result && result->feasible();
       if (scored && name == "hexiseq") hexiseq = result->cost.iteration_seconds;
       if (scored && hexiseq > 0 && name != "hexiseq" &&

@@ -38,7 +38,7 @@ int main(int argc, char** argv) {
     Result<StrategyResult> result;
     for (int r = 0; r < repeats; ++r) {
       const auto start = std::chrono::steady_clock::now();
-      result = Schedule(model);
+      result = Schedule(model.problem());
       times.push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     }
@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     double base = 1e300;
-    for (const StrategyResult& b : AllBaselines(model))
+    for (const StrategyResult& b : AllBaselines(model.problem()))
       if (b.feasible()) base = std::min(base, b.cost.iteration_seconds);
     std::sort(times.begin(), times.end());
     std::printf("%-6d %-8d %-10.4f %-12.4f %-12.4f %-10.4f %s\n", gpus, repeats,

@@ -78,8 +78,8 @@ int ZeroArg(const py::object& zero) {
   return zero.cast<int>();
 }
 
-std::unique_ptr<CostModel> MakeCostModel(const py::object& cluster, const py::object& model,
-                                         int64_t seq_len, const WorkloadArgs& args) {
+Problem MakeProblem(const py::object& cluster, const py::object& model, int64_t seq_len,
+                    const WorkloadArgs& args) {
   Workload workload;
   workload.seq_len = seq_len;
   workload.batch = args.batch;
@@ -88,17 +88,18 @@ std::unique_ptr<CostModel> MakeCostModel(const py::object& cluster, const py::ob
       Unwrap(ParseRecompute(args.recompute == "auto" ? std::string("full") : args.recompute));
   workload.zero_stage = args.zero == kZeroAuto ? 3 : args.zero;
   workload.memory_reserve = args.memory_reserve;
-  Unwrap(ValidateWorkload(workload));
-  return std::make_unique<CostModel>(ClusterArg(cluster), ModelArg(model), workload);
+  Problem problem{ClusterArg(cluster), ModelArg(model), workload};
+  Unwrap(ValidateProblem(problem));
+  return problem;
 }
 
 // A plan is scored with its own workload (as `hexiseq simulate/validate --plan` do).
-std::unique_ptr<CostModel> PlanCostModel(const Plan& plan, const py::object& cluster,
-                                         const py::object& model, double memory_reserve) {
+Problem PlanProblem(const Plan& plan, const py::object& cluster, const py::object& model,
+                    double memory_reserve) {
   WorkloadArgs args{plan.batch, plan.recompute, plan.zero_stage, memory_reserve};
-  auto cost = MakeCostModel(cluster, model, plan.seq_len, args);
-  Unwrap(Validate(plan, cost->cluster(), cost->model()));
-  return cost;
+  Problem problem = MakeProblem(cluster, model, plan.seq_len, args);
+  Unwrap(Validate(plan, problem.cluster, problem.model));
+  return problem;
 }
 
 ScheduleOptions MakeOptions(double time_limit, int threads, const WorkloadArgs& args) {
@@ -113,36 +114,35 @@ ScheduleOptions MakeOptions(double time_limit, int threads, const WorkloadArgs& 
 Plan PlanFor(const py::object& cluster, const py::object& model, const py::object& seq,
              const std::string& strategy, const WorkloadArgs& args, double time_limit,
              int threads) {
-  auto cost = MakeCostModel(cluster, model, SeqArg(seq), args);
+  const Problem problem = MakeProblem(cluster, model, SeqArg(seq), args);
   auto result = WithoutGil(
-      [&] { return PlanStrategy(*cost, strategy, MakeOptions(time_limit, threads, args)); });
+      [&] { return PlanStrategy(problem, strategy, MakeOptions(time_limit, threads, args)); });
   return Unwrap(std::move(result)).plan;
 }
 
 py::object Compare(const py::object& cluster, const py::object& model, const py::object& seq,
                    const WorkloadArgs& args, double time_limit, int threads) {
-  auto cost = MakeCostModel(cluster, model, SeqArg(seq), args);
-  auto comparison =
-      WithoutGil([&] { return CompareStrategies(*cost, MakeOptions(time_limit, threads, args)); });
+  const Problem problem = MakeProblem(cluster, model, SeqArg(seq), args);
+  auto comparison = WithoutGil(
+      [&] { return CompareStrategies(problem, MakeOptions(time_limit, threads, args)); });
   if (!comparison) RaiseError(comparison.error());
   return JsonToPython(ComparisonToJson(*comparison))["strategies"];
 }
 
 py::object SimulatePlan(const Plan& plan, const py::object& cluster, const py::object& model,
                         int explicit_layers, int nics_per_node, double memory_reserve) {
-  auto cost = PlanCostModel(plan, cluster, model, memory_reserve);
+  const Problem problem = PlanProblem(plan, cluster, model, memory_reserve);
   sim::SimOptions options;
   options.explicit_layers = explicit_layers;
   options.nics_per_node = nics_per_node;
-  auto result = WithoutGil([&] { return sim::Simulate(plan, *cost, options); });
+  auto result = WithoutGil([&] { return sim::Simulate(plan, problem, options); });
   return JsonToPython(sim::SimResultToJson(Unwrap(std::move(result))));
 }
 
 // Checks the invariants and that the plan fits memory; returns the cost model's prediction.
 py::dict ValidatePlan(const Plan& plan, const py::object& cluster, const py::object& model,
                       double memory_reserve) {
-  auto cost_model = PlanCostModel(plan, cluster, model, memory_reserve);
-  const PlanCost cost = cost_model->Evaluate(plan);
+  const PlanCost cost = Evaluate(PlanProblem(plan, cluster, model, memory_reserve), plan);
   if (!cost.feasible)
     RaiseError(Error{ErrorCode::kInfeasible, "infeasible: " + cost.infeasible_reason});
   py::dict out;

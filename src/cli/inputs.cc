@@ -83,7 +83,7 @@ void ApplyTrainingChoice(const InputFlags& flags, ScheduleOptions& options) {
   options.recompute_auto = flags.recompute == "auto";
 }
 
-Result<std::unique_ptr<CostModel>> LoadInputs(const InputFlags& flags, const Plan* plan) {
+Result<Problem> LoadInputs(const InputFlags& flags, const Plan* plan) {
   DeviceCatalog catalog;
   if (!flags.device_table.empty())
     if (auto r = catalog.MergeFile(flags.device_table); !r) return std::unexpected(r.error());
@@ -117,8 +117,9 @@ Result<std::unique_ptr<CostModel>> LoadInputs(const InputFlags& flags, const Pla
     if (!dtype) return std::unexpected(dtype.error());
     w.bytes_per_element = *dtype;
   }
-  if (auto r = ValidateWorkload(w); !r) return std::unexpected(r.error());
-  return std::make_unique<CostModel>(*cluster, *model, w);
+  Problem problem{std::move(*cluster), std::move(*model), w};
+  if (auto valid = ValidateProblem(problem); !valid) return std::unexpected(valid.error());
+  return problem;
 }
 
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {

@@ -32,9 +32,10 @@ void AddInputFlags(CLI::App* cmd, InputFlags& flags, bool workload);
 // need the least memory (ZeRO-3, full recompute) until it does.
 void ApplyTrainingChoice(const InputFlags& flags, ScheduleOptions& options);
 
-// Loads catalog, cluster, model and workload. Workload fields come from the flags, or from
-// `plan` when given (explain/validate/simulate score a plan with its own workload).
-Result<std::unique_ptr<CostModel>> LoadInputs(const InputFlags& flags, const Plan* plan = nullptr);
+// Loads catalog, cluster, model and workload into a checked Problem (ValidateProblem). Workload
+// fields come from the flags, or from `plan` when given (explain/validate/simulate score a plan
+// with its own workload).
+Result<Problem> LoadInputs(const InputFlags& flags, const Plan* plan = nullptr);
 
 // A CLI11 check: a finite number in [min, max] (CLI::Range lets nan through).
 CLI::Validator FiniteRange(double min, double max);

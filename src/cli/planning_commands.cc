@@ -67,7 +67,7 @@ ScheduleOptions MakeScheduleOptions(const PlanFlags& flags, const CommandDeadlin
 std::string Percent(double fraction) { return Fixed(100.0 * fraction, 1) + "%"; }
 
 // The groups table; with several replicas a column says which replica each group is in.
-std::string GroupsTable(const Plan& plan, const CostModel& model) {
+std::string GroupsTable(const Plan& plan, const Cluster& cluster) {
   const bool replicas = NumReplicas(plan) > 1;
   std::vector<std::string> header = {"group",  "ranks",  "devices",
                                      "tokens", "ranges", "heads per member"};
@@ -84,7 +84,7 @@ std::string GroupsTable(const Plan& plan, const CostModel& model) {
       }
       ranks += std::to_string(m.rank);
       heads += std::to_string(m.heads.size());
-      const std::string& d = model.cluster().device(m.rank).name;
+      const std::string& d = cluster.device(m.rank).name;
       if (devices.find(d) == std::string::npos) devices += (devices.empty() ? "" : "+") + d;
     }
     if (ranks.size() > 40) ranks = ranks.substr(0, 37) + "...";
@@ -104,32 +104,32 @@ struct ChoiceRecord {
 
 // `ideal_seconds`: the aggregate-compute bound of the least work the settings allowed (without
 // recompute when the planner chose it).
-std::string PlanSummary(const Plan& plan, const CostModel& model, const PlanCost& cost,
+std::string PlanSummary(const Plan& plan, const Problem& problem, const PlanCost& cost,
                         const ChoiceRecord& choice, double ideal_seconds) {
   std::string out = "strategy " + plan.strategy + " (" + plan.config + ")\n";
   out += "predicted: " + Fixed(cost.iteration_seconds, 3) + " s/iteration, " +
          Fixed(cost.tokens_per_second, 0) + " tokens/s, " +
          Percent(ideal_seconds / cost.iteration_seconds) + " of ideal, max memory " +
          Percent(cost.max_memory_fraction) + "\n";
-  out += report::TrainingText(plan, cost, model.cluster(), model.ShardRanks(plan), choice.options,
-                              choice.recorded);
-  return out + "\n" + GroupsTable(plan, model);
+  out += report::TrainingText(plan, cost, problem.cluster, CostModel(problem).ShardRanks(plan),
+                              choice.options, choice.recorded);
+  return out + "\n" + GroupsTable(plan, problem.cluster);
 }
 
 int RunPlan(const PlanFlags& f) {
   const CommandDeadline deadline(f.time_limit);
-  auto model = LoadInputs(f.in);
-  if (!model) return ReportError(model.error());
+  auto problem = LoadInputs(f.in);
+  if (!problem) return ReportError(problem.error());
   std::vector<CandidateRecord> candidates;
   ProgressBar bar;
   const ScheduleOptions options = MakeScheduleOptions(f, deadline, bar, &candidates);
-  auto result = PlanStrategy(**model, f.strategy, options);
+  auto result = PlanStrategy(*problem, f.strategy, options);
   if (!result) return ReportError(result.error());
   deadline.NoteIfReached("the plan is the best found by then");
   std::string text = f.format == "json" ? PlanToJson(result->plan)
-                                        : PlanSummary(result->plan, **model, result->cost,
+                                        : PlanSummary(result->plan, *problem, result->cost,
                                                       {true, result->options_considered},
-                                                      IdealIterationSeconds(**model, options));
+                                                      IdealIterationSeconds(*problem, options));
   if (f.format != "json" && !candidates.empty()) {  // the table behind the decision
     std::vector<std::vector<std::string>> rows = {
         {"candidate", "feasible", "predicted s", "refined s", "max mem"}};
@@ -155,9 +155,9 @@ int RunCompare(const PlanFlags& f) {
   const CommandDeadline deadline(f.time_limit);
   auto loaded = LoadInputs(f.in);
   if (!loaded) return ReportError(loaded.error());
-  const CostModel& model = **loaded;
+  const Problem& problem = *loaded;
   ProgressBar bar;
-  auto comparison = CompareStrategies(model, MakeScheduleOptions(f, deadline, bar));
+  auto comparison = CompareStrategies(problem, MakeScheduleOptions(f, deadline, bar));
   if (!comparison) return ReportError(comparison.error());
   deadline.NoteIfReached(
       "each row is the best that strategy found by then, and rows not scored say so");
@@ -200,9 +200,9 @@ int RunCompare(const PlanFlags& f) {
          Percent(ideal / r.cost.iteration_seconds), Percent(r.cost.max_memory_fraction)});
     if (!r.feasible()) notes.push_back(r.strategy + ": " + r.reason);
   }
-  const Workload& w = model.workload();
+  const Workload& w = problem.workload;
   std::printf("cluster %s: %d ranks; model %s; seq %s x batch %d; recompute %s; zero %s\n",
-              model.cluster().name.c_str(), model.cluster().num_ranks(), model.model().name.c_str(),
+              problem.cluster.name.c_str(), problem.cluster.num_ranks(), problem.model.name.c_str(),
               FormatTokens(w.seq_len).c_str(), w.batch,
               f.in.recompute == "auto" ? "auto" : RecomputeName(w.recompute),
               f.in.zero == "auto" ? "auto" : std::to_string(w.zero_stage).c_str());
@@ -213,22 +213,21 @@ int RunCompare(const PlanFlags& f) {
   return exit_code;
 }
 
-Result<std::pair<Plan, std::unique_ptr<CostModel>>> LoadPlanAndInputs(const std::string& path,
-                                                                      const InputFlags& in) {
+Result<std::pair<Plan, Problem>> LoadPlanAndInputs(const std::string& path, const InputFlags& in) {
   auto plan = LoadPlan(path);
   if (!plan) return std::unexpected(plan.error());
-  auto model = LoadInputs(in, &*plan);
-  if (!model) return std::unexpected(model.error());
-  if (auto v = Validate(*plan, (*model)->cluster(), (*model)->model()); !v)
+  auto problem = LoadInputs(in, &*plan);
+  if (!problem) return std::unexpected(problem.error());
+  if (auto v = Validate(*plan, problem->cluster, problem->model); !v)
     return std::unexpected(Error{v.error().code, path + ": " + v.error().message});
-  return std::pair{std::move(*plan), std::move(*model)};
+  return std::pair{std::move(*plan), std::move(*problem)};
 }
 
 int RunValidate(const std::string& path, const InputFlags& in) {
   auto loaded = LoadPlanAndInputs(path, in);
   if (!loaded) return ReportError(loaded.error());
   const Plan& plan = loaded->first;
-  const PlanCost cost = loaded->second->Evaluate(plan);
+  const PlanCost cost = Evaluate(loaded->second, plan);
   std::printf("%s: valid %s plan: %zu groups over %d ranks, %s tokens, %d heads\n", path.c_str(),
               plan.strategy.c_str(), plan.groups.size(), plan.num_ranks,
               FormatTokens(plan.seq_len).c_str(), plan.num_heads);
@@ -244,7 +243,7 @@ int RunValidate(const std::string& path, const InputFlags& in) {
 
 // Per-rank figures, group by group (the group column counts over the whole plan), then a row per
 // left-out rank; with several replicas a column says which replica each rank is in.
-std::string RankBreakdownTable(const Plan& plan, const CostModel& model, const PlanCost& cost) {
+std::string RankBreakdownTable(const Plan& plan, const Cluster& cluster, const PlanCost& cost) {
   const bool replicas = NumReplicas(plan) > 1;
   std::vector<std::string> header = {"rank",        "device",         "group",       "tokens",
                                      "heads",       "linear s",       "attention s", "all-to-all s",
@@ -255,12 +254,12 @@ std::string RankBreakdownTable(const Plan& plan, const CostModel& model, const P
   for (size_t g = 0; g < plan.groups.size(); ++g)
     for (const PlanMember& m : plan.groups[g].members) {
       const RankCost& rc = cost.ranks[m.rank];
-      rows.push_back({std::to_string(m.rank), model.cluster().device(m.rank).name,
-                      std::to_string(g), std::to_string(TotalTokens(m.tokens)),
-                      std::to_string(m.heads.size()), Fixed(rc.linear_seconds, 3),
-                      Fixed(rc.attention_seconds, 3), Fixed(rc.all_to_all_seconds, 3),
-                      Fixed(rc.ring_comm_seconds, 3), Fixed(rc.ring_exposed_seconds, 3),
-                      FormatBytes(rc.memory_bytes), FormatBytes(rc.memory_capacity_bytes),
+      rows.push_back({std::to_string(m.rank), cluster.device(m.rank).name, std::to_string(g),
+                      std::to_string(TotalTokens(m.tokens)), std::to_string(m.heads.size()),
+                      Fixed(rc.linear_seconds, 3), Fixed(rc.attention_seconds, 3),
+                      Fixed(rc.all_to_all_seconds, 3), Fixed(rc.ring_comm_seconds, 3),
+                      Fixed(rc.ring_exposed_seconds, 3), FormatBytes(rc.memory_bytes),
+                      FormatBytes(rc.memory_capacity_bytes),
                       Percent(rc.memory_bytes / rc.memory_capacity_bytes)});
       if (replicas)
         rows.back().insert(rows.back().begin() + 2, std::to_string(plan.groups[g].replica));
@@ -268,7 +267,7 @@ std::string RankBreakdownTable(const Plan& plan, const CostModel& model, const P
   for (const int rank : plan.left_out) {
     std::vector<std::string> row(header.size(), "-");
     row[0] = std::to_string(rank);
-    row[1] = model.cluster().device(rank).name;
+    row[1] = cluster.device(rank).name;
     row[replicas ? 3 : 2] = "left out";  // the group column
     rows.push_back(std::move(row));
   }
@@ -279,18 +278,20 @@ int RunExplain(const std::string& path, const InputFlags& in) {
   auto loaded = LoadPlanAndInputs(path, in);
   if (!loaded) return ReportError(loaded.error());
   const Plan& plan = loaded->first;
-  const CostModel& model = *loaded->second;
-  const PlanCost cost = model.Evaluate(plan);
-  std::fputs(PlanSummary(plan, model, cost, {}, model.IdealIterationSeconds()).c_str(), stdout);
+  const Problem& problem = loaded->second;
+  const PlanCost cost = Evaluate(problem, plan);
+  std::fputs(
+      PlanSummary(plan, problem, cost, {}, CostModel(problem).IdealIterationSeconds()).c_str(),
+      stdout);
   std::printf(
       "\nper iteration%s: local (linear + all-to-all) %.3f s, ring attention %.3f s, "
       "recompute %.3f s, LM head %.3f s, exposed gradient sync %.3f s\n",
       NumReplicas(plan) > 1 ? " (phases of the slowest replica)" : "", cost.local_seconds,
       cost.ring_seconds, cost.recompute_seconds, cost.head_seconds, cost.grad_sync_seconds);
-  std::printf("\n%s", RankBreakdownTable(plan, model, cost).c_str());
+  std::printf("\n%s", RankBreakdownTable(plan, problem.cluster, cost).c_str());
   if (cost.bottleneck_rank >= 0)
     std::printf("\nbottleneck: rank %d (%s), phase: %s\n", cost.bottleneck_rank,
-                model.cluster().device(cost.bottleneck_rank).name.c_str(),
+                problem.cluster.device(cost.bottleneck_rank).name.c_str(),
                 cost.bottleneck_phase.c_str());
   if (!cost.feasible) std::printf("infeasible: %s\n", cost.infeasible_reason.c_str());
   return cost.feasible ? 0 : 1;

@@ -72,8 +72,8 @@ int RunReport(const ReportFlags& f) {
   const CommandDeadline deadline(f.time_limit);
   auto plan = LoadGivenPlan(f);
   if (!plan) return ReportError(plan.error());
-  auto model = LoadInputs(f.inputs, *plan ? &**plan : nullptr);
-  if (!model) return ReportError(model.error());
+  auto problem = LoadInputs(f.inputs, *plan ? &**plan : nullptr);
+  if (!problem) return ReportError(problem.error());
   report::ReportOptions options;
   options.deadline = deadline.deadline();
   options.threads = f.threads;
@@ -82,7 +82,7 @@ int RunReport(const ReportFlags& f) {
   options.simulate = f.simulate == "always"  ? report::SimulatePolicy::kAlways
                      : f.simulate == "never" ? report::SimulatePolicy::kNever
                                              : report::SimulatePolicy::kAuto;
-  auto data = report::BuildReport(**model, *plan, options);
+  auto data = report::BuildReport(*problem, *plan, options);
   if (!data)
     return ReportError(
         Error{data.error().code, (*plan ? f.plan + ": " : std::string()) + data.error().message});

@@ -85,16 +85,16 @@ void PrintSimulateTable(const Plan& plan, const sim::SimResult& result) {
 int RunSimulate(const SimulateFlags& f) {
   auto plan = LoadPlan(f.plan);
   if (!plan) return ReportError(plan.error());
-  auto cost = LoadInputs(f.inputs, &*plan);
-  if (!cost) return ReportError(cost.error());
+  auto problem = LoadInputs(f.inputs, &*plan);
+  if (!problem) return ReportError(problem.error());
   sim::SimOptions options;
   options.explicit_layers = f.explicit_layers;
   options.nics_per_node = f.nics_per_node;
   options.keep_timeline = !f.trace.empty();
-  auto result = sim::Simulate(*plan, **cost, options);
+  auto result = sim::Simulate(*plan, *problem, options);
   if (!result) return ReportError(result.error());
   if (!f.trace.empty())
-    if (auto w = sim::WriteChromeTrace(*result, (*cost)->cluster(), f.trace); !w)
+    if (auto w = sim::WriteChromeTrace(*result, problem->cluster, f.trace); !w)
       return ReportError(w.error());
   if (f.format == "json")
     std::fputs(sim::SimResultToJson(*result).c_str(), stdout);

@@ -19,6 +19,61 @@ std::string Gib(double bytes) {
   return buf;
 }
 
+// The largest phase and the rank that sets it (`ring_group` / `local_group`: the group with the
+// longest ring / local phases), into cost.bottleneck_rank and cost.bottleneck_phase.
+void NameBottleneck(const std::vector<GroupCost>& groups, int ring_group, int local_group,
+                    PlanCost& cost) {
+  const bool ring_dominates = cost.ring_seconds >= cost.local_seconds;
+  const int slowest_group = ring_dominates ? ring_group : local_group;
+  if (slowest_group >= 0) {
+    const GroupCost& group = groups[slowest_group];
+    double worst = -1;
+    for (const RankCost& member : group.members) {
+      const double seconds = ring_dominates ? member.attention_seconds + member.ring_exposed_seconds
+                                            : member.linear_seconds + member.all_to_all_seconds;
+      if (seconds > worst) {
+        worst = seconds;
+        cost.bottleneck_rank = member.rank;
+      }
+    }
+    if (ring_dominates)
+      cost.bottleneck_phase =
+          std::max(group.ring_comm_fwd, cost.ring_chain_seconds) > group.attn_compute_fwd
+              ? "ring communication"
+              : "attention compute";
+    else
+      cost.bottleneck_phase = group.a2a > group.lin_fwd ? "all-to-all" : "linear compute";
+  }
+  if (cost.grad_sync_seconds > std::max(cost.local_seconds, cost.ring_seconds))
+    cost.bottleneck_phase = "gradient synchronization";
+}
+
+// Memory feasibility: every rank over its capacity makes the plan infeasible; the message names
+// the first.
+void CheckMemory(const Plan& plan, const Cluster& cluster, PlanCost& cost) {
+  for (const RankCost& rc : cost.ranks) {
+    if (rc.memory_bytes <= rc.memory_capacity_bytes) continue;
+    cost.feasible = false;
+    if (!cost.infeasible_reason.empty()) continue;
+    int64_t tokens = 0;
+    size_t heads = 0;
+    if (rc.group >= 0)
+      for (const PlanMember& member : plan.groups[rc.group].members)
+        if (member.rank == rc.rank) {
+          tokens = TotalTokens(member.tokens);
+          heads = member.heads.size();
+        }
+    cost.infeasible_reason = "rank " + std::to_string(rc.rank) + " (" +
+                             cluster.device(rc.rank).name + ") needs " + Gib(rc.memory_bytes) +
+                             " for " + std::to_string(tokens) + " tokens x " +
+                             std::to_string(heads) + " heads (model state " +
+                             Gib(rc.memory.weights + rc.memory.gradients + rc.memory.optimizer) +
+                             ", activations " + Gib(rc.memory.activations) + ", attention " +
+                             Gib(rc.memory.attention_working + rc.memory.ring_buffers) + "), has " +
+                             Gib(rc.memory_capacity_bytes);
+  }
+}
+
 // Primary holders as member indices of `group` (-1: no member needs the KV head), into `out`.
 void PrimaryMembers(const PlanGroup& group, int num_heads, int num_kv_heads,
                     std::vector<int>& out) {
@@ -104,89 +159,64 @@ struct CostModel::GroupScratch {
   std::vector<int> peer_members;
 };
 
-namespace {
-
-std::string HashOfInputs(const Cluster& cluster, const ModelSpec& model, const Workload& workload) {
-  constexpr uint64_t kFnvOffset = 1469598103934665603ull, kFnvPrime = 1099511628211ull;
-  uint64_t hash = kFnvOffset;
-  auto mix = [&hash](const std::string& text) {
-    for (unsigned char byte : text) {
-      hash ^= byte;
-      hash *= kFnvPrime;
-    }
-  };
-  mix(cluster.name);
-  for (const NodeKind& kind : cluster.kinds) {
-    mix(kind.device.name + std::to_string(kind.count) + "x" + std::to_string(kind.gpus_per_node) +
-        "/" + std::to_string(kind.intra_node_bytes_per_second) + "/" +
-        std::to_string(kind.nic_bytes_per_second) + "/" +
-        std::to_string(kind.device.gemm_efficiency) + "/" +
-        std::to_string(kind.device.attention_efficiency));
-  }
-  for (const LinkOverride& link : cluster.links)
-    mix(std::to_string(link.kind_a) + "-" + std::to_string(link.kind_b) + ":" +
-        std::to_string(link.bytes_per_second));
-  mix(model.name + std::to_string(model.layers) + "/" + std::to_string(model.hidden) + "/" +
-      std::to_string(model.heads) + "/" + std::to_string(model.kv_heads));
-  mix(std::to_string(workload.seq_len) + "/" + std::to_string(workload.batch) + "/" +
-      RecomputeName(workload.recompute) + "/" + std::to_string(workload.zero_stage) + "/" +
-      std::to_string(workload.memory_reserve));
-  char text[20];
-  std::snprintf(text, sizeof text, "%016llx", static_cast<unsigned long long>(hash));
-  return text;
-}
-
-}  // namespace
+CostModel::CostModel(Problem problem, CostConstants constants)
+    : problem_(std::move(problem)), k_(constants) {}
 
 CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Workload& workload,
                      CostConstants constants)
-    : cluster_(cluster), model_(model), workload_(workload), k_(constants) {}
+    : CostModel(Problem{cluster, model, workload}, constants) {}
+
+PlanCost Evaluate(const Problem& problem, const Plan& plan) {
+  return CostModel(problem).Evaluate(plan);
+}
 
 const std::string& CostModel::InputHash() const {
-  std::call_once(input_hash_->once,
-                 [this] { input_hash_->value = HashOfInputs(cluster_, model_, workload_); });
+  std::call_once(input_hash_->once, [this] { input_hash_->value = hexiseq::InputHash(problem_); });
   return input_hash_->value;
 }
 
-double CostModel::LinearForwardFlopsPerToken() const { return 2.0 * model_.LayerGemmParams(); }
+double CostModel::LinearForwardFlopsPerToken() const {
+  return 2.0 * problem_.model.LayerGemmParams();
+}
 
 double CostModel::KvBytesPerTokenPerKvHead() const {
-  return 2.0 * model_.head_dim * workload_.bytes_per_element;
+  return 2.0 * problem_.model.head_dim * problem_.workload.bytes_per_element;
 }
 
 double CostModel::TransferSeconds(int a, int b, double bytes) const {
   if (bytes <= 0 || a == b) return 0;
-  return cluster_.Latency(a, b) + bytes / cluster_.Bandwidth(a, b);
+  return problem_.cluster.Latency(a, b) + bytes / problem_.cluster.Bandwidth(a, b);
 }
 
 double CostModel::GradBucketBytes() const {
-  return model_.TotalParams() * workload_.bytes_per_element / model_.layers;
+  return problem_.model.TotalParams() * problem_.workload.bytes_per_element / problem_.model.layers;
 }
 
 int CostModel::GradSyncPasses() const {
   constexpr int kZero3Passes = 3;  // all-gather (forward), all-gather (backward), reduce-scatter
   constexpr int kAllReducePasses = 2;  // reduce-scatter + all-gather
-  return workload_.zero_stage >= 3 ? kZero3Passes : kAllReducePasses;
+  return problem_.workload.zero_stage >= 3 ? kZero3Passes : kAllReducePasses;
 }
 
 std::vector<int> CostModel::NodeParticipants(const Plan& plan) const {
   std::vector<int> node_ranks;
-  for (const NodeInfo& node : cluster_.nodes) node_ranks.push_back(node.num_ranks);
+  for (const NodeInfo& node : problem_.cluster.nodes) node_ranks.push_back(node.num_ranks);
   for (int rank : plan.left_out)
-    if (rank >= 0 && rank < cluster_.num_ranks()) --node_ranks[cluster_.ranks[rank].node];
+    if (rank >= 0 && rank < problem_.cluster.num_ranks())
+      --node_ranks[problem_.cluster.ranks[rank].node];
   return node_ranks;
 }
 
 double CostModel::GradSyncPassSeconds() const {
   std::vector<int> node_ranks;
-  for (const NodeInfo& node : cluster_.nodes) node_ranks.push_back(node.num_ranks);
+  for (const NodeInfo& node : problem_.cluster.nodes) node_ranks.push_back(node.num_ranks);
   return GradSyncPassSeconds(node_ranks);
 }
 
 double CostModel::GradSyncPassSeconds(const std::vector<int>& node_ranks) const {
   std::vector<int> nodes;  // the nodes that take part, in cluster order
   int participants = 0;
-  for (size_t index = 0; index < cluster_.nodes.size(); ++index) {
+  for (size_t index = 0; index < problem_.cluster.nodes.size(); ++index) {
     if (node_ranks[index] <= 0) continue;
     nodes.push_back(static_cast<int>(index));
     participants += node_ranks[index];
@@ -198,7 +228,7 @@ double CostModel::GradSyncPassSeconds(const std::vector<int>& node_ranks) const 
   for (int index : nodes) {
     const int gpus = node_ranks[index];
     if (gpus <= 1) continue;
-    const NodeKind& kind = cluster_.kinds[cluster_.nodes[index].kind];
+    const NodeKind& kind = problem_.cluster.kinds[problem_.cluster.nodes[index].kind];
     const double step = kind.latency_seconds + bucket / gpus / kind.intra_node_bytes_per_second;
     intra_seconds = std::max(intra_seconds, (gpus - 1) * step);
   }
@@ -208,17 +238,17 @@ double CostModel::GradSyncPassSeconds(const std::vector<int>& node_ranks) const 
   // GPU takes ceil(g_i / g_next) of the sender's flows on its NIC port.
   double slowest_step = 0;
   for (int index = 0; index < num_nodes; ++index) {
-    const NodeInfo& from = cluster_.nodes[nodes[index]];
-    const NodeInfo& to = cluster_.nodes[nodes[(index + 1) % num_nodes]];
+    const NodeInfo& from = problem_.cluster.nodes[nodes[index]];
+    const NodeInfo& to = problem_.cluster.nodes[nodes[(index + 1) % num_nodes]];
     const int from_gpus = node_ranks[nodes[index]];
     const int to_gpus = node_ranks[nodes[(index + 1) % num_nodes]];
     const int flows_per_receiver = (from_gpus + to_gpus - 1) / to_gpus;
-    const double rate = std::min({cluster_.Bandwidth(from.first_rank, to.first_rank),
-                                  cluster_.NicPortBandwidth(to.kind) / flows_per_receiver,
-                                  cluster_.NicPortBandwidth(from.kind)});
+    const double rate = std::min({problem_.cluster.Bandwidth(from.first_rank, to.first_rank),
+                                  problem_.cluster.NicPortBandwidth(to.kind) / flows_per_receiver,
+                                  problem_.cluster.NicPortBandwidth(from.kind)});
     const double flow_bytes = bucket / num_nodes / from_gpus;
-    slowest_step = std::max(slowest_step,
-                            cluster_.Latency(from.first_rank, to.first_rank) + flow_bytes / rate);
+    slowest_step = std::max(
+        slowest_step, problem_.cluster.Latency(from.first_rank, to.first_rank) + flow_bytes / rate);
   }
   return intra_seconds + (num_nodes - 1) * slowest_step;
 }
@@ -226,12 +256,12 @@ double CostModel::GradSyncPassSeconds(const std::vector<int>& node_ranks) const 
 double CostModel::GradSyncTotalSeconds() const {
   // ZeRO-3 gathers and reduce-scatters every sequence of the batch; lower stages accumulate
   // gradients locally and synchronise once per iteration.
-  const double rounds = workload_.zero_stage >= 3 ? workload_.batch : 1.0;
-  return rounds * model_.layers * GradSyncPasses() * GradSyncPassSeconds();
+  const double rounds = problem_.workload.zero_stage >= 3 ? problem_.workload.batch : 1.0;
+  return rounds * problem_.model.layers * GradSyncPasses() * GradSyncPassSeconds();
 }
 
 double CostModel::SyncRounds(const Plan& plan) const {
-  if (workload_.zero_stage < 3) return 1.0;
+  if (problem_.workload.zero_stage < 3) return 1.0;
   int busiest = 0;
   for (int replica = 0; replica < NumReplicas(plan); ++replica)
     busiest = std::max(busiest, ReplicaSequences(plan, replica));
@@ -239,27 +269,28 @@ double CostModel::SyncRounds(const Plan& plan) const {
 }
 
 double CostModel::GradSyncTotalSeconds(const Plan& plan) const {
-  return SyncRounds(plan) * model_.layers * GradSyncPasses() *
+  return SyncRounds(plan) * problem_.model.layers * GradSyncPasses() *
          GradSyncPassSeconds(NodeParticipants(plan));
 }
 
 MemoryBreakdown CostModel::ModelStateMemory() const {
-  return ModelStateMemory(cluster_.num_ranks());
+  return ModelStateMemory(problem_.cluster.num_ranks());
 }
 
 int CostModel::ShardRanks(const Plan& plan) const {
-  if (workload_.shard_ranks > 0) return workload_.shard_ranks;
+  if (problem_.workload.shard_ranks > 0) return problem_.workload.shard_ranks;
   return plan.num_ranks - static_cast<int>(plan.left_out.size());
 }
 
 MemoryBreakdown CostModel::ModelStateMemory(int shard_ranks) const {
-  const double params = model_.TotalParams();
+  const double params = problem_.model.TotalParams();
   const double n = std::max(1, shard_ranks);
-  const int z = workload_.zero_stage;
+  const int z = problem_.workload.zero_stage;
   MemoryBreakdown m;
   m.weights = k_.weight_bytes_per_param * params / (z >= 3 ? n : 1.0);
-  if (z >= 3) m.weights += 2 * k_.weight_bytes_per_param * model_.LayerGemmParams();  // prefetch
-  m.gradients = workload_.bytes_per_element * params / (z >= 2 ? n : 1.0);
+  if (z >= 3)
+    m.weights += 2 * k_.weight_bytes_per_param * problem_.model.LayerGemmParams();  // prefetch
+  m.gradients = problem_.workload.bytes_per_element * params / (z >= 2 ? n : 1.0);
   m.optimizer = k_.optimizer_bytes_per_param * params / (z >= 1 ? n : 1.0);
   return m;
 }
@@ -286,7 +317,7 @@ std::vector<CostModel::RingContext> CostModel::RingContexts(const Plan& plan) {
 GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
                                    const RingContext& ring) const {
   const PlanGroup& group = plan.groups[group_index];
-  const int num_heads = model_.heads, num_kv = model_.kv_heads;
+  const int num_heads = problem_.model.heads, num_kv = problem_.model.kv_heads;
   const int64_t group_tokens = TotalTokens(group.tokens);
   const size_t m = group.members.size();
   const MemoryBreakdown state = ModelStateMemory(ShardRanks(plan));
@@ -315,8 +346,8 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
     rc.rank = member.rank;
     rc.group = group_index;
     rc.memory = state;
-    rc.memory_capacity_bytes =
-        cluster_.device(member.rank).memory_bytes * (1.0 - workload_.memory_reserve);
+    rc.memory_capacity_bytes = problem_.cluster.device(member.rank).memory_bytes *
+                               (1.0 - problem_.workload.memory_reserve);
   }
   auto finish_memory = [&]() {
     for (RankCost& rc : out.members) {
@@ -343,7 +374,7 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
 // Local phase: all-to-all in (Q, K, V), all-to-all out (O), linear layers.
 void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupCost& out) const {
   const size_t m = group.members.size();
-  const double dh = model_.head_dim, bytes = workload_.bytes_per_element;
+  const double dh = problem_.model.head_dim, bytes = problem_.workload.bytes_per_element;
   const std::vector<int64_t>& s = scratch.s;
   const std::vector<int>& h = scratch.h;
   const std::vector<int>& kv = scratch.kv;
@@ -375,8 +406,9 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
     for (size_t j = 0; j < m; ++j) {
       if (j == r) continue;
       const int b = group.members[j].rank;
-      const bool intra = cluster_.SameNode(a, b);
-      const double latency = cluster_.Latency(a, b), bandwidth = cluster_.Bandwidth(a, b);
+      const bool intra = problem_.cluster.SameNode(a, b);
+      const double latency = problem_.cluster.Latency(a, b),
+                   bandwidth = problem_.cluster.Bandwidth(a, b);
       if (!scratch.pair_links.empty())
         scratch.pair_links[r * m + j] = {bytes_of(true, r, j) / bandwidth,
                                          bytes_of(false, r, j) / bandwidth, latency, intra};
@@ -396,7 +428,7 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
     *out_time = std::max({acc[1][0], acc[1][1], acc[1][2], acc[1][3]});
   };
   const double lin_flops_per_token = LinearForwardFlopsPerToken();
-  const double mlp_fraction = model_.MlpParams() / model_.LayerGemmParams();
+  const double mlp_fraction = problem_.model.MlpParams() / problem_.model.LayerGemmParams();
   double a2a_in = 0, a2a_out = 0, lin_max = 0;
   std::vector<double>& lin = scratch.lin;
   std::vector<double>& a2a = scratch.a2a;
@@ -404,7 +436,7 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
   a2a.resize(m);
   scratch.pair_links.resize(m <= kMaxStaggeredMembers ? m * m : 0);
   for (size_t i = 0; i < m; ++i) {
-    const DeviceSpec& dev = cluster_.device(group.members[i].rank);
+    const DeviceSpec& dev = problem_.cluster.device(group.members[i].rank);
     lin[i] = s[i] * lin_flops_per_token / dev.GemmFlops();
     double in = 0, outb = 0;
     if (m > 1) a2a_times(i, &in, &outb);
@@ -602,16 +634,16 @@ void CostModel::GroupChainTraffic(const Plan& plan, int group_index, ChainTraffi
 
 std::vector<CostModel::RingRankBytes> CostModel::RingBytesPerRank(const Plan& plan,
                                                                   bool backward) const {
-  std::vector<RingRankBytes> out(cluster_.num_ranks());
+  std::vector<RingRankBytes> out(problem_.cluster.num_ranks());
   const double per_token = KvBytesPerTokenPerKvHead();
   ChainTraffic traffic;
   std::vector<int> primary;
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const PlanGroup& group = plan.groups[g];
     GroupChainTraffic(plan, static_cast<int>(g), traffic);
-    PrimaryMembers(group, model_.heads, model_.kv_heads, primary);
+    PrimaryMembers(group, problem_.model.heads, problem_.model.kv_heads, primary);
     const int64_t kv_in = traffic.kv_in();
-    for (int kv = 0; kv < model_.kv_heads; ++kv) {
+    for (int kv = 0; kv < problem_.model.kv_heads; ++kv) {
       if (primary[kv] < 0) continue;
       RingRankBytes& first = out[group.members[primary[kv]].rank];
       first.kv_received += kv_in * per_token;
@@ -624,8 +656,9 @@ std::vector<CostModel::RingRankBytes> CostModel::RingBytesPerRank(const Plan& pl
       for (size_t member = 0; member < group.members.size(); ++member) {
         if (static_cast<int>(member) == primary[kv]) continue;
         const bool holds = std::any_of(
-            group.members[member].heads.begin(), group.members[member].heads.end(),
-            [&](int head) { return KvHeadOf(head, model_.heads, model_.kv_heads) == kv; });
+            group.members[member].heads.begin(), group.members[member].heads.end(), [&](int head) {
+              return KvHeadOf(head, problem_.model.heads, problem_.model.kv_heads) == kv;
+            });
         if (!holds) continue;
         RingRankBytes& replica = out[group.members[member].rank];
         first.kv_sent += kv_in * per_token;
@@ -649,7 +682,8 @@ int CostModel::PeerPrimary(const Plan& plan, int group_index, int g, GroupScratc
   if (scratch.peers_used == peers.size()) peers.emplace_back();
   auto& [group, ranks] = peers[scratch.peers_used++];  // storage reused across scorings
   group = group_index;
-  PrimaryMembers(plan.groups[group_index], model_.heads, model_.kv_heads, scratch.peer_members);
+  PrimaryMembers(plan.groups[group_index], problem_.model.heads, problem_.model.kv_heads,
+                 scratch.peer_members);
   ranks.resize(scratch.peer_members.size());
   for (size_t kv = 0; kv < ranks.size(); ++kv) {
     const int member = scratch.peer_members[kv];
@@ -665,7 +699,7 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
                               GroupScratch& scratch, GroupCost& out) const {
   const PlanGroup& group = plan.groups[group_index];
   const size_t m = group.members.size();
-  const int num_heads = model_.heads, num_kv = model_.kv_heads;
+  const int num_heads = problem_.model.heads, num_kv = problem_.model.kv_heads;
   const std::vector<uint8_t>& needs = scratch.needs;
   const int steps = ring.ring_size;
   std::vector<double>& kv_ports = scratch.kv_ports;
@@ -691,7 +725,7 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
   const double per_token = KvBytesPerTokenPerKvHead();
   scratch.latency_seen.clear();
   auto link_latency = [&](int a, int b, int blocks) {
-    return LatencyOnce(cluster_, scratch.latency_seen, kKvStream, a, b, blocks);
+    return LatencyOnce(problem_.cluster, scratch.latency_seen, kKvStream, a, b, blocks);
   };
   int visiting = 0;  // blocks that visit the group: each is one message to each replica
   for (const PeerTraffic& peer : traffic.kv_from) visiting += peer.blocks;
@@ -702,28 +736,28 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
     for (const PeerTraffic& peer : traffic.kv_from) {
       const int before = PeerPrimary(plan, peer.group, g, scratch);
       if (before < 0 || before == mine) continue;
-      const double bandwidth = cluster_.Bandwidth(before, mine);
-      ChargePorts(cluster_, kv_ports, -1, p, before, mine,
+      const double bandwidth = problem_.cluster.Bandwidth(before, mine);
+      ChargePorts(problem_.cluster, kv_ports, -1, p, before, mine,
                   link_latency(before, mine, peer.blocks) + peer.tokens * per_token / bandwidth);
       if (peer.group == ring.prev) {
         ring_chain[p] += per_token / bandwidth;
-        out.chain_latency = std::max(out.chain_latency, cluster_.Latency(before, mine));
+        out.chain_latency = std::max(out.chain_latency, problem_.cluster.Latency(before, mine));
       }
     }
     for (const PeerTraffic& peer : traffic.kv_to) {
       const int after = PeerPrimary(plan, peer.group, g, scratch);
       if (after < 0 || after == mine) continue;
-      ChargePorts(cluster_, kv_ports, p, -1, mine, after,
+      ChargePorts(problem_.cluster, kv_ports, p, -1, mine, after,
                   link_latency(mine, after, peer.blocks) +
-                      peer.tokens * per_token / cluster_.Bandwidth(mine, after));
+                      peer.tokens * per_token / problem_.cluster.Bandwidth(mine, after));
     }
     // Replicas: other members needing KV head g get it from the primary over group links.
     for (size_t i = 0; i < m; ++i) {
       if (static_cast<int>(i) == p) continue;
       if (!needs[i * num_kv + g] || kv_in == 0) continue;
       const int replica = group.members[i].rank;
-      const double copy = per_token / cluster_.Bandwidth(mine, replica);
-      ChargePorts(cluster_, kv_ports, p, static_cast<int>(i), mine, replica,
+      const double copy = per_token / problem_.cluster.Bandwidth(mine, replica);
+      ChargePorts(problem_.cluster, kv_ports, p, static_cast<int>(i), mine, replica,
                   link_latency(mine, replica, visiting) + kv_in * copy);
       replica_copy[i] += copy;
     }
@@ -737,7 +771,7 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
 // total from the last group of its chain.
 void CostModel::DkvSumTimes(const Plan& plan, int group_index, int g, GroupScratch& scratch) const {
   const PlanGroup& group = plan.groups[group_index];
-  const int num_kv = model_.kv_heads;
+  const int num_kv = problem_.model.kv_heads;
   const ChainTraffic& traffic = scratch.traffic;
   std::vector<double>& ports = scratch.return_ports;
   const int p = scratch.mine[g];
@@ -746,9 +780,9 @@ void CostModel::DkvSumTimes(const Plan& plan, int group_index, int g, GroupScrat
   auto charge = [&](LatencyStream stream, int sender, int receiver, int from, int to,
                     int64_t tokens, int blocks) {
     if (tokens <= 0 || from < 0 || to < 0 || from == to) return;
-    ChargePorts(cluster_, ports, sender, receiver, from, to,
-                LatencyOnce(cluster_, scratch.latency_seen, stream, from, to, blocks) +
-                    tokens * per_token / cluster_.Bandwidth(from, to));
+    ChargePorts(problem_.cluster, ports, sender, receiver, from, to,
+                LatencyOnce(problem_.cluster, scratch.latency_seen, stream, from, to, blocks) +
+                    tokens * per_token / problem_.cluster.Bandwidth(from, to));
   };
   const int64_t kv_in = traffic.kv_in();
   int visiting = 0;
@@ -781,18 +815,18 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
   const std::vector<double>& kv_ports = scratch.kv_ports;
   const std::vector<double>& return_ports = scratch.return_ports;
   const std::vector<double>& ring_chain = scratch.ring_chain;
-  const double mlp_fraction = model_.MlpParams() / model_.LayerGemmParams();
+  const double mlp_fraction = problem_.model.MlpParams() / problem_.model.LayerGemmParams();
   const int64_t causal_pairs = CausalPrefixPairs(group.tokens);
   const int64_t diag_pairs = CausalPairs(group.tokens, group.tokens);
   const int steps = ring.ring_size;
   scratch.ring_fwd.resize(m);
   scratch.ring_bwd.resize(m);
   for (size_t i = 0; i < m; ++i) {
-    const DeviceSpec& dev = cluster_.device(group.members[i].rank);
+    const DeviceSpec& dev = problem_.cluster.device(group.members[i].rank);
     const double compute =
-        AttentionForwardFlops(model_.head_dim, h[i], causal_pairs) / dev.AttentionFlops();
+        AttentionForwardFlops(problem_.model.head_dim, h[i], causal_pairs) / dev.AttentionFlops();
     const double first =
-        AttentionForwardFlops(model_.head_dim, h[i], diag_pairs) / dev.AttentionFlops();
+        AttentionForwardFlops(problem_.model.head_dim, h[i], diag_pairs) / dev.AttentionFlops();
     const double comm = BusiestPort(kv_ports, i);
     // Backward: K/V go round again while dK/dV returns use their own links (ports add up).
     double comm_bwd = 0, returns = 0;
@@ -803,7 +837,7 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
     out.chain_seconds_per_token = std::max(out.chain_seconds_per_token, ring_chain[i]);
     out.seconds_per_pair =
         std::max(out.seconds_per_pair,
-                 AttentionForwardFlops(model_.head_dim, h[i], 1.0) / dev.AttentionFlops());
+                 AttentionForwardFlops(problem_.model.head_dim, h[i], 1.0) / dev.AttentionFlops());
     double fwd = compute, bwd = k_.attention_backward_factor * compute;
     if (steps > 1) {
       const double last = (compute - first) / (steps - 1);
@@ -825,17 +859,17 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
 
     // Per-iteration figures for this rank.
     RankCost& rc = out.members[i];
-    const double layers = model_.layers * workload_.batch;
-    const bool full = workload_.recompute == Recompute::kFull;
-    const bool selective = workload_.recompute == Recompute::kSelective;
-    const double head_flops = 2.0 * s[i] * model_.vocab * model_.hidden;
+    const double layers = problem_.model.layers * problem_.workload.batch;
+    const bool full = problem_.workload.recompute == Recompute::kFull;
+    const bool selective = problem_.workload.recompute == Recompute::kSelective;
+    const double head_flops = 2.0 * s[i] * problem_.model.vocab * problem_.model.hidden;
     rc.linear_seconds =
         layers * lin[i] *
             (1 + k_.linear_backward_factor +
              (full        ? 1
               : selective ? mlp_fraction
                           : 0)) +
-        workload_.batch * (1 + k_.linear_backward_factor) * head_flops / dev.GemmFlops();
+        problem_.workload.batch * (1 + k_.linear_backward_factor) * head_flops / dev.GemmFlops();
     rc.attention_seconds = layers * compute * (1 + k_.attention_backward_factor + (full ? 1 : 0));
     rc.all_to_all_seconds = layers * a2a[i] * (2 + (full ? 1 : 0));
     rc.ring_comm_seconds = layers * (comm * (1 + (full ? 1 : 0)) + comm_bwd);
@@ -853,40 +887,42 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
 void CostModel::ActivationMemory(int64_t tokens, int query_heads, int kv_heads,
                                  int64_t group_tokens, const RingContext& ring,
                                  MemoryBreakdown& mem) const {
-  const double dh = model_.head_dim, bytes = workload_.bytes_per_element;
-  const double hidden = model_.hidden;
-  const double mlp_act = model_.MlpParams() / hidden;       // MLP intermediate values per token
-  const double token_act = bytes * (4 * hidden + mlp_act);  // norms, MLP in, MLP intermediate
+  const double dh = problem_.model.head_dim, bytes = problem_.workload.bytes_per_element;
+  const double hidden = problem_.model.hidden;
+  const double mlp_act = problem_.model.MlpParams() / hidden;  // MLP intermediate values per token
+  const double token_act = bytes * (4 * hidden + mlp_act);     // norms, MLP in, MLP intermediate
   const double head_act = group_tokens * (dh * bytes * (2.0 * query_heads + 2.0 * kv_heads) +
                                           4.0 * query_heads);  // Q,O,K,V,LSE
-  switch (workload_.recompute) {
+  switch (problem_.workload.recompute) {
     case Recompute::kFull:
-      mem.activations = model_.layers * tokens * hidden * bytes + tokens * token_act + head_act;
+      mem.activations =
+          problem_.model.layers * tokens * hidden * bytes + tokens * token_act + head_act;
       break;
     case Recompute::kSelective:
-      mem.activations = model_.layers * (tokens * (token_act - bytes * mlp_act) + head_act) +
-                        tokens * bytes * mlp_act;
+      mem.activations =
+          problem_.model.layers * (tokens * (token_act - bytes * mlp_act) + head_act) +
+          tokens * bytes * mlp_act;
       break;
     case Recompute::kNone:
-      mem.activations = model_.layers * (tokens * token_act + head_act);
+      mem.activations = problem_.model.layers * (tokens * token_act + head_act);
       break;
   }
   mem.attention_working = group_tokens * dh * (query_heads * (bytes + 4.0) + kv_heads * 2 * 4.0);
   const double block = static_cast<double>(ring.max_group_tokens) * kv_heads * 2 * dh;
   mem.ring_buffers = ring.ring_size > 1 ? k_.ring_buffers * block * (bytes + 4.0) : 0;
-  mem.logits = std::min<int64_t>(tokens, k_.loss_chunk_tokens) * model_.vocab * 4.0 * 2;
+  mem.logits = std::min<int64_t>(tokens, k_.loss_chunk_tokens) * problem_.model.vocab * 4.0 * 2;
 }
 
 std::vector<std::vector<double>> CostModel::AllToAllBytes(const PlanGroup& group,
                                                           bool inbound) const {
   const size_t m = group.members.size();
-  const double dh = model_.head_dim, bytes = workload_.bytes_per_element;
+  const double dh = problem_.model.head_dim, bytes = problem_.workload.bytes_per_element;
   std::vector<double> s(m), h(m), kv(m);
   for (size_t i = 0; i < m; ++i) {
     s[i] = static_cast<double>(TotalTokens(group.members[i].tokens));
     h[i] = static_cast<double>(group.members[i].heads.size());
     kv[i] = static_cast<double>(
-        KvHeadsOf(group.members[i].heads, model_.heads, model_.kv_heads).size());
+        KvHeadsOf(group.members[i].heads, problem_.model.heads, problem_.model.kv_heads).size());
   }
   std::vector<std::vector<double>> out(m, std::vector<double>(m, 0.0));
   for (size_t i = 0; i < m; ++i)
@@ -953,13 +989,13 @@ std::pair<double, double> CostModel::HopSecondsPerToken(const int* from_primarie
     ports.push_back({rank, seconds});
   };
   double latency = 0;
-  for (int kv = 0; kv < model_.kv_heads; ++kv) {
+  for (int kv = 0; kv < problem_.model.kv_heads; ++kv) {
     const int from = from_primaries[kv], to = to_primaries[kv];
     if (from < 0 || to < 0 || from == to) continue;
-    const double seconds = per_token / cluster_.Bandwidth(from, to);
+    const double seconds = per_token / problem_.cluster.Bandwidth(from, to);
     add(sends, from, seconds);
     add(receives, to, seconds);
-    latency = std::max(latency, cluster_.Latency(from, to));
+    latency = std::max(latency, problem_.cluster.Latency(from, to));
   }
   double slowest = 0;
   for (const auto& port : sends) slowest = std::max(slowest, port.second);
@@ -987,7 +1023,7 @@ int LinkId(std::vector<std::vector<std::pair<int, int>>>& links_from, int from, 
 
 void CostModel::BuildChainRing(const Plan& plan, const std::vector<GroupCost>& costs,
                                ChainRing& ring, std::vector<int>& ring_to_plan) const {
-  const int num_kv = model_.kv_heads;
+  const int num_kv = problem_.model.kv_heads;
   thread_local std::vector<GroupSpan> spans;
   thread_local std::vector<int> primaries, members;  // primaries: [ring group * num_kv + kv head]
   ring.groups.clear();
@@ -1003,7 +1039,7 @@ void CostModel::BuildChainRing(const Plan& plan, const std::vector<GroupCost>& c
                            static_cast<double>(CausalPairs(tokens, tokens))});
     ring_to_plan.push_back(static_cast<int>(g));
     spans.push_back(span);
-    PrimaryMembers(plan.groups[g], model_.heads, num_kv, members);
+    PrimaryMembers(plan.groups[g], problem_.model.heads, num_kv, members);
     for (int member : members)
       primaries.push_back(member < 0 ? -1 : plan.groups[g].members[member].rank);
   }
@@ -1077,8 +1113,8 @@ ChainBounds CostModel::RingChainBounds(const Plan& plan,
 
 PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& groups) const {
   PlanCost cost;
-  cost.ranks.resize(cluster_.num_ranks());
-  for (int rank = 0; rank < cluster_.num_ranks(); ++rank) cost.ranks[rank].rank = rank;
+  cost.ranks.resize(problem_.cluster.num_ranks());
+  for (int rank = 0; rank < problem_.cluster.num_ranks(); ++rank) cost.ranks[rank].rank = rank;
   double local_fwd = 0, ring_fwd = 0, local_bwd = 0, ring_bwd = 0, selective = 0, head = 0;
   int local_group = -1, ring_group = -1;
   double max_fraction = -1;
@@ -1105,87 +1141,41 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
   ring_bwd = std::max(ring_bwd, chain.ring_bwd_floor);
   const double fwd = local_fwd + ring_fwd;
   double recompute = 0;
-  if (workload_.recompute == Recompute::kFull) recompute = fwd;
-  if (workload_.recompute == Recompute::kSelective) recompute = selective;
-  const double layers = model_.layers * workload_.batch;
+  if (problem_.workload.recompute == Recompute::kFull) recompute = fwd;
+  if (problem_.workload.recompute == Recompute::kSelective) recompute = selective;
+  const double layers = problem_.model.layers * problem_.workload.batch;
   cost.local_seconds = layers * (local_fwd + local_bwd);
   cost.ring_seconds = layers * (ring_fwd + ring_bwd);
   cost.recompute_seconds = layers * recompute;
-  cost.head_seconds = workload_.batch * head;
+  cost.head_seconds = problem_.workload.batch * head;
 
   // Gradient synchronization over the participating ranks (weights are replicated across CP
   // and HP), overlapped with the iteration's compute except for the last bucket.
   const double busy =
       cost.local_seconds + cost.ring_seconds + cost.recompute_seconds + cost.head_seconds;
-  const double rounds = workload_.zero_stage >= 3 ? workload_.batch : 1.0;
+  const double rounds = problem_.workload.zero_stage >= 3 ? problem_.workload.batch : 1.0;
   cost.grad_sync_seconds = ExposedGradSync(plan, busy, rounds);
   cost.iteration_seconds = busy + cost.grad_sync_seconds;
   cost.replica_busy_seconds = {busy};
-  cost.tokens_per_second =
-      workload_.batch * static_cast<double>(workload_.seq_len) / cost.iteration_seconds;
+  cost.tokens_per_second = problem_.workload.batch *
+                           static_cast<double>(problem_.workload.seq_len) / cost.iteration_seconds;
   for (const GroupCost& gc : groups)
     for (const RankCost& member : gc.members)
       cost.ranks[member.rank].grad_sync_seconds = cost.grad_sync_seconds;
 
-  // Bottleneck: the largest phase and the rank that sets it.
-  const bool ring_dominates = cost.ring_seconds >= cost.local_seconds;
-  const int g = ring_dominates ? ring_group : local_group;
-  if (g >= 0) {
-    const GroupCost& gc = groups[g];
-    double worst = -1;
-    for (const RankCost& rc : gc.members) {
-      const double t = ring_dominates ? rc.attention_seconds + rc.ring_exposed_seconds
-                                      : rc.linear_seconds + rc.all_to_all_seconds;
-      if (t > worst) {
-        worst = t;
-        cost.bottleneck_rank = rc.rank;
-      }
-    }
-    if (ring_dominates)
-      cost.bottleneck_phase =
-          std::max(gc.ring_comm_fwd, cost.ring_chain_seconds) > gc.attn_compute_fwd
-              ? "ring communication"
-              : "attention compute";
-    else
-      cost.bottleneck_phase = gc.a2a > gc.lin_fwd ? "all-to-all" : "linear compute";
-  }
-  if (cost.grad_sync_seconds > std::max(cost.local_seconds, cost.ring_seconds))
-    cost.bottleneck_phase = "gradient synchronization";
-
-  // Memory feasibility: name the worst rank.
-  for (const RankCost& rc : cost.ranks) {
-    if (rc.memory_bytes <= rc.memory_capacity_bytes) continue;
-    cost.feasible = false;
-    if (!cost.infeasible_reason.empty()) continue;
-    const int group_index = rc.group;
-    int64_t tokens = 0;
-    size_t heads = 0;
-    if (group_index >= 0)
-      for (const PlanMember& mem : plan.groups[group_index].members)
-        if (mem.rank == rc.rank) {
-          tokens = TotalTokens(mem.tokens);
-          heads = mem.heads.size();
-        }
-    cost.infeasible_reason = "rank " + std::to_string(rc.rank) + " (" +
-                             cluster_.device(rc.rank).name + ") needs " + Gib(rc.memory_bytes) +
-                             " for " + std::to_string(tokens) + " tokens x " +
-                             std::to_string(heads) + " heads (model state " +
-                             Gib(rc.memory.weights + rc.memory.gradients + rc.memory.optimizer) +
-                             ", activations " + Gib(rc.memory.activations) + ", attention " +
-                             Gib(rc.memory.attention_working + rc.memory.ring_buffers) + "), has " +
-                             Gib(rc.memory_capacity_bytes);
-  }
+  NameBottleneck(groups, ring_group, local_group, cost);
+  CheckMemory(plan, problem_.cluster, cost);
   return cost;
 }
 
 double CostModel::ExposedGradSync(const Plan& plan, double busy_seconds, double rounds) const {
   const double pass = GradSyncPassSeconds(NodeParticipants(plan));
   const double bucket = GradSyncPasses() * pass;
-  return std::max(bucket, rounds * model_.layers * bucket - busy_seconds);
+  return std::max(bucket, rounds * problem_.model.layers * bucket - busy_seconds);
 }
 
 PlanCost CostModel::EvaluateReplicas(const Plan& plan) const {
-  Workload replica_workload = workload_;
+  Workload replica_workload = problem_.workload;
   replica_workload.shard_ranks = ShardRanks(plan);
   std::vector<PlanCost> parts;
   std::vector<std::vector<int>> members;
@@ -1194,7 +1184,8 @@ PlanCost CostModel::EvaluateReplicas(const Plan& plan) const {
   for (int replica = 0; replica < NumReplicas(plan); ++replica) {
     replica_workload.batch = ReplicaSequences(plan, replica);
     const Plan replica_plan = ReplicaPlan(plan, replica);
-    parts.push_back(CostModel(cluster_, model_, replica_workload, k_).Evaluate(replica_plan));
+    parts.push_back(
+        CostModel(problem_.cluster, problem_.model, replica_workload, k_).Evaluate(replica_plan));
     members.push_back(ParticipatingRanks(replica_plan));
     if (busy(parts.back()) > busy(parts[slowest])) slowest = replica;
   }
@@ -1219,7 +1210,7 @@ PlanCost CostModel::EvaluateReplicas(const Plan& plan) const {
     for (int rank : ranks) cost.ranks[rank].grad_sync_seconds = cost.grad_sync_seconds;
   cost.iteration_seconds = slowest_busy + cost.grad_sync_seconds;
   cost.tokens_per_second =
-      plan.batch * static_cast<double>(workload_.seq_len) / cost.iteration_seconds;
+      plan.batch * static_cast<double>(problem_.workload.seq_len) / cost.iteration_seconds;
   if (cost.grad_sync_seconds > std::max(cost.local_seconds, cost.ring_seconds))
     cost.bottleneck_phase = "gradient synchronization";
   return cost;
@@ -1249,14 +1240,15 @@ double LinearPhaseFlops(const ModelSpec& model, Recompute recompute, int64_t tok
 }
 
 double CostModel::TotalLinearFlops() const {
-  return workload_.batch * LinearPhaseFlops(model_, workload_.recompute, workload_.seq_len, k_);
+  return problem_.workload.batch * LinearPhaseFlops(problem_.model, problem_.workload.recompute,
+                                                    problem_.workload.seq_len, k_);
 }
 
 double CostModel::TotalAttentionFlops() const {
-  const double pairs = static_cast<double>(CausalPrefixPairs({{0, workload_.seq_len}}));
-  const double rec = workload_.recompute == Recompute::kFull ? 1.0 : 0.0;
-  return workload_.batch * model_.layers *
-         AttentionForwardFlops(model_.head_dim, model_.heads, pairs) *
+  const double pairs = static_cast<double>(CausalPrefixPairs({{0, problem_.workload.seq_len}}));
+  const double rec = problem_.workload.recompute == Recompute::kFull ? 1.0 : 0.0;
+  return problem_.workload.batch * problem_.model.layers *
+         AttentionForwardFlops(problem_.model.head_dim, problem_.model.heads, pairs) *
          (1 + k_.attention_backward_factor + rec);
 }
 
@@ -1266,8 +1258,9 @@ double CostModel::IdealIterationSeconds() const {
   // GEMMs do the linear work. For a candidate time T, fill linear work in that order, then
   // check that the remaining device time covers the attention work. Bisect on T.
   std::vector<std::pair<double, double>> rates;  // (gemm, attention) FLOP/s
-  for (int r = 0; r < cluster_.num_ranks(); ++r)
-    rates.push_back({cluster_.device(r).GemmFlops(), cluster_.device(r).AttentionFlops()});
+  for (int r = 0; r < problem_.cluster.num_ranks(); ++r)
+    rates.push_back(
+        {problem_.cluster.device(r).GemmFlops(), problem_.cluster.device(r).AttentionFlops()});
   std::sort(rates.begin(), rates.end(),
             [](const auto& a, const auto& b) { return a.second / a.first < b.second / b.first; });
   auto fits = [&](double t) {
@@ -1293,7 +1286,8 @@ double CostModel::IdealIterationSeconds() const {
 }
 
 double CostModel::IdealTokensPerSecond() const {
-  return workload_.batch * static_cast<double>(workload_.seq_len) / IdealIterationSeconds();
+  return problem_.workload.batch * static_cast<double>(problem_.workload.seq_len) /
+         IdealIterationSeconds();
 }
 
 void AttachPrediction(Plan& plan, const PlanCost& cost) {

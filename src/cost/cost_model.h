@@ -38,6 +38,7 @@
 #include "plan/plan.h"
 #include "spec/cluster.h"
 #include "spec/model.h"
+#include "spec/problem.h"
 
 namespace hexiseq {
 
@@ -129,9 +130,12 @@ struct PlanCost {
   std::vector<RankCost> ranks;  // indexed by rank
 };
 
+// The cost model of one Problem: Evaluate, plus the incremental interface and the terms the
+// scheduler and the simulator share. Holds its own copy of the problem; cheap to construct.
 class CostModel {
  public:
-  // REQUIRES: the workload and model are valid (ValidateWorkload, heads % kv_heads == 0).
+  // REQUIRES: ValidateProblem(problem) succeeded.
+  explicit CostModel(Problem problem, CostConstants constants = {});
   CostModel(const Cluster& cluster, const ModelSpec& model, const Workload& workload,
             CostConstants constants = {});
 
@@ -248,11 +252,11 @@ class CostModel {
   // passes x pass seconds over its participants.
   double GradSyncTotalSeconds(const Plan& plan) const;
 
-  const Cluster& cluster() const { return cluster_; }
-  const ModelSpec& model() const { return model_; }
-  const Workload& workload() const { return workload_; }
-  // A fingerprint of the cluster, model and workload (a plan's provenance): FNV-1a over the
-  // inputs that determine a plan, 16 hex digits. Computed once; copies of the model share it.
+  const Problem& problem() const { return problem_; }
+  const Cluster& cluster() const { return problem_.cluster; }
+  const ModelSpec& model() const { return problem_.model; }
+  const Workload& workload() const { return problem_.workload; }
+  // InputHash(problem()), computed once; copies of the model share it.
   const std::string& InputHash() const;
   const CostConstants& constants() const { return k_; }
 
@@ -297,9 +301,7 @@ class CostModel {
   // rounds over the plan's participants, at least the last bucket.
   double ExposedGradSync(const Plan& plan, double busy_seconds, double rounds) const;
 
-  Cluster cluster_;
-  ModelSpec model_;
-  Workload workload_;
+  Problem problem_;
   CostConstants k_;
   struct HashMemo {
     std::once_flag once;
@@ -307,6 +309,10 @@ class CostModel {
   };
   std::shared_ptr<HashMemo> input_hash_ = std::make_shared<HashMemo>();
 };
+
+// The cost model as one function: the predicted cost of `plan` for `problem`.
+// REQUIRES: ValidateProblem(problem) and Validate(plan, problem.cluster, problem.model) succeeded.
+PlanCost Evaluate(const Problem& problem, const Plan& plan);
 
 // Convenience: evaluates and writes the prediction into the plan.
 void AttachPrediction(Plan& plan, const PlanCost& cost);

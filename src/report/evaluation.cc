@@ -56,85 +56,81 @@ std::pair<StrategyResult, double> Timed(F&& f) {
   return {std::move(r), seconds};
 }
 
-ScenarioOutcome RunOne(const EvalScenario& sc, const EvalTable& table) {
-  ScenarioOutcome out;
-  out.scenario = sc;
-  out.table = table.name;
+// The scenario's problem under the device table.
+Result<Problem> LoadScenario(const EvalScenario& sc, const EvalTable& table) {
   DeviceCatalog catalog;
   if (!table.path.empty())
-    if (auto r = catalog.MergeFile(table.path); !r) {
-      out.error = r.error().message;
-      return out;
-    }
+    if (auto merged = catalog.MergeFile(table.path); !merged)
+      return std::unexpected(merged.error());
   auto cluster = LoadCluster(sc.cluster_path, catalog);
-  if (!cluster) {
-    out.error = cluster.error().message;
-    return out;
-  }
+  if (!cluster) return std::unexpected(cluster.error());
   auto model = LoadModel(sc.model);
-  if (!model) {
-    out.error = model.error().message;
-    return out;
-  }
-  Workload w;
-  w.seq_len = sc.seq_len;
-  w.batch = sc.batch;
-  if (auto rec = ParseRecompute(sc.recompute); rec) w.recompute = *rec;
-  const CostModel cost(*cluster, *model, w);
-  out.cluster_name = cluster->name;
-  out.num_ranks = cluster->num_ranks();
-  out.ideal_tps = cost.IdealTokensPerSecond();
+  if (!model) return std::unexpected(model.error());
+  Workload workload;
+  workload.seq_len = sc.seq_len;
+  workload.batch = sc.batch;
+  if (auto recompute = ParseRecompute(sc.recompute); recompute) workload.recompute = *recompute;
+  return Problem{std::move(*cluster), std::move(*model), workload};
+}
 
+// Every strategy in StrategyOrder(), with its planning seconds.
+std::vector<std::pair<StrategyResult, double>> PlanEveryStrategy(const Problem& problem) {
   std::vector<std::pair<StrategyResult, double>> results;
-  results.push_back(Timed([&] { return RingBaseline(cost); }));
-  results.push_back(Timed([&] { return UlyssesBaseline(cost); }));
-  results.push_back(Timed([&] { return UspBaseline(cost); }));
-  results.push_back(Timed([&] { return HeteroRingBaseline(cost); }));
-  results.push_back(Timed([&] { return SubsetBaseline(cost); }));
-  {
-    const auto start = std::chrono::steady_clock::now();
-    auto scheduled = Schedule(cost);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    StrategyResult r;
-    if (scheduled) {
-      r = *scheduled;
-    } else {
-      r.strategy = "hexiseq";
-      r.applicable = true;
-      r.cost.feasible = false;
-      r.reason = scheduled.error().message;
-    }
-    results.push_back({std::move(r), seconds});
+  results.push_back(Timed([&] { return RingBaseline(problem); }));
+  results.push_back(Timed([&] { return UlyssesBaseline(problem); }));
+  results.push_back(Timed([&] { return UspBaseline(problem); }));
+  results.push_back(Timed([&] { return HeteroRingBaseline(problem); }));
+  results.push_back(Timed([&] { return SubsetBaseline(problem); }));
+  const auto start = std::chrono::steady_clock::now();
+  auto scheduled = Schedule(problem);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  StrategyResult result;
+  if (scheduled) {
+    result = *scheduled;
+  } else {
+    result.strategy = "hexiseq";
+    result.applicable = true;
+    result.cost.feasible = false;
+    result.reason = scheduled.error().message;
   }
-  for (size_t i = 0; i < results.size(); ++i) {
-    const auto& [r, seconds] = results[i];
-    StrategyOutcome so;
-    so.strategy = StrategyOrder()[i];
-    so.config = r.config;
-    so.applicable = r.applicable;
-    so.feasible = r.feasible();
-    so.reason = r.reason.empty() ? r.cost.infeasible_reason : r.reason;
-    so.plan_seconds = seconds;
-    if (so.feasible) {
-      so.replicas = ReplicasCell(r.plan);
-      so.training = TrainingCell(r.plan);
-      if (!r.plan.left_out.empty()) so.left_out = DevicesInWords(r.plan.left_out, *cluster);
-      so.model_tps = r.cost.tokens_per_second;
-      auto sim = Simulate(r.plan, cost);
-      if (sim) {
-        so.sim_tps = sim->tokens_per_second;
-        const SimTerm* worst = nullptr;
-        for (const SimTerm& t : sim->terms)
-          if (!worst || t.sim_seconds > worst->sim_seconds) worst = &t;
-        if (worst) so.sim_bottleneck = worst->name;
-      } else {
-        so.feasible = false;
-        so.reason = "simulation failed: " + sim.error().message;
-      }
-    }
-    out.strategies.push_back(so);
+  results.push_back({std::move(result), seconds});
+  return results;
+}
+
+// One strategy's row: its plan simulated, with the simulator's largest term.
+StrategyOutcome Outcome(const std::string& strategy, const StrategyResult& result, double seconds,
+                        const Problem& problem) {
+  StrategyOutcome so;
+  so.strategy = strategy;
+  so.config = result.config;
+  so.applicable = result.applicable;
+  so.feasible = result.feasible();
+  so.reason = result.reason.empty() ? result.cost.infeasible_reason : result.reason;
+  so.plan_seconds = seconds;
+  if (!so.feasible) return so;
+  so.replicas = ReplicasCell(result.plan);
+  so.training = TrainingCell(result.plan);
+  if (!result.plan.left_out.empty())
+    so.left_out = DevicesInWords(result.plan.left_out, problem.cluster);
+  so.model_tps = result.cost.tokens_per_second;
+  auto sim = Simulate(result.plan, problem);
+  if (!sim) {
+    so.feasible = false;
+    so.reason = "simulation failed: " + sim.error().message;
+    return so;
   }
+  so.sim_tps = sim->tokens_per_second;
+  const SimTerm* worst = nullptr;
+  for (const SimTerm& term : sim->terms)
+    if (!worst || term.sim_seconds > worst->sim_seconds) worst = &term;
+  if (worst) so.sim_bottleneck = worst->name;
+  return so;
+}
+
+// HexiSeq (the last row) against the best published baseline (the first three rows) and the
+// best of all baselines.
+void FillSpeedups(ScenarioOutcome& out) {
   const StrategyOutcome& hexiseq = out.strategies.back();
   double best_pub = 0, best_all = 0;
   for (size_t i = 0; i + 1 < out.strategies.size(); ++i) {
@@ -151,6 +147,25 @@ ScenarioOutcome RunOne(const EvalScenario& sc, const EvalTable& table) {
   }
   if (hexiseq.feasible && best_pub > 0) out.speedup_published = hexiseq.sim_tps / best_pub;
   if (hexiseq.feasible && best_all > 0) out.speedup_all = hexiseq.sim_tps / best_all;
+}
+
+ScenarioOutcome RunOne(const EvalScenario& sc, const EvalTable& table) {
+  ScenarioOutcome out;
+  out.scenario = sc;
+  out.table = table.name;
+  auto problem = LoadScenario(sc, table);
+  if (!problem) {
+    out.error = problem.error().message;
+    return out;
+  }
+  out.cluster_name = problem->cluster.name;
+  out.num_ranks = problem->cluster.num_ranks();
+  out.ideal_tps = CostModel(*problem).IdealTokensPerSecond();
+  const std::vector<std::pair<StrategyResult, double>> results = PlanEveryStrategy(*problem);
+  for (size_t i = 0; i < results.size(); ++i)
+    out.strategies.push_back(
+        Outcome(StrategyOrder()[i], results[i].first, results[i].second, *problem));
+  FillSpeedups(out);
   return out;
 }
 

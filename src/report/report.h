@@ -79,7 +79,7 @@ struct ReportData {
 // A given plan must validate against the cost model's cluster and model (kInvalidArgument with
 // Validate's message otherwise). A workload where nothing fits is not an error: the report
 // explains it.
-Result<ReportData> BuildReport(const CostModel& model, const std::optional<Plan>& plan,
+Result<ReportData> BuildReport(const Problem& problem, const std::optional<Plan>& plan,
                                const ReportOptions& options = {});
 
 // The page. Every user string is escaped.

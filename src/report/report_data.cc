@@ -63,9 +63,9 @@ ScheduleOptions SearchOptions(const ReportOptions& options) {
 }
 
 // One strategy through RunStrategy (training settings searched where auto), as a row.
-std::optional<StrategyResult> AddStrategy(const CostModel& model, const std::string& name,
+std::optional<StrategyResult> AddStrategy(const Problem& problem, const std::string& name,
                                           const ScheduleOptions& schedule, ReportData& data) {
-  auto [result, seconds] = Timed([&] { return RunStrategy(model, name, schedule); });
+  auto [result, seconds] = Timed([&] { return RunStrategy(problem, name, schedule); });
   if (!result) {
     data.strategies.push_back(FailedRow(name, result.error(), seconds));
     return std::nullopt;
@@ -74,9 +74,9 @@ std::optional<StrategyResult> AddStrategy(const CostModel& model, const std::str
   return *result;
 }
 
-void AddBaselines(const CostModel& model, const ScheduleOptions& schedule, ReportData& data) {
+void AddBaselines(const Problem& problem, const ScheduleOptions& schedule, ReportData& data) {
   for (const char* name : {"ring", "ulysses", "usp", "hetero-ring", "subset"}) {
-    AddStrategy(model, name, schedule, data);
+    AddStrategy(problem, name, schedule, data);
     const StrategyRow& row = data.strategies.back();
     if (row.feasible &&
         (data.best_baseline_seconds == 0 || row.iteration_seconds < data.best_baseline_seconds)) {
@@ -87,20 +87,20 @@ void AddBaselines(const CostModel& model, const ScheduleOptions& schedule, Repor
 }
 
 // The scheduler (and the exact search on small clusters); returns the scheduler's plan, if any.
-std::optional<StrategyResult> AddSearches(const CostModel& model, const ReportOptions& options,
+std::optional<StrategyResult> AddSearches(const Problem& problem, const ReportOptions& options,
                                           const ScheduleOptions& schedule, ReportData& data) {
-  std::optional<StrategyResult> chosen = AddStrategy(model, "hexiseq", schedule, data);
+  std::optional<StrategyResult> chosen = AddStrategy(problem, "hexiseq", schedule, data);
   data.planning_seconds = data.strategies.back().planning_seconds;
   if (!chosen) data.no_plan_reason = data.strategies.back().reason;
-  if (options.exact_search && model.cluster().num_ranks() <= kExactMaxRanks)
-    AddStrategy(model, "exact", schedule, data);
+  if (options.exact_search && problem.cluster.num_ranks() <= kExactMaxRanks)
+    AddStrategy(problem, "exact", schedule, data);
   return chosen;
 }
 
-void Simulate(const CostModel& model, ReportData& data) {
+void Simulate(const Problem& problem, ReportData& data) {
   sim::SimOptions options;
   options.keep_timeline = true;
-  auto simulated = sim::Simulate(*data.plan, model, options);
+  auto simulated = sim::Simulate(*data.plan, problem, options);
   if (simulated) {
     data.simulation = std::move(*simulated);
   } else {
@@ -110,26 +110,26 @@ void Simulate(const CostModel& model, ReportData& data) {
 
 }  // namespace
 
-Result<ReportData> BuildReport(const CostModel& model, const std::optional<Plan>& plan,
+Result<ReportData> BuildReport(const Problem& problem, const std::optional<Plan>& plan,
                                const ReportOptions& options) {
   if (plan)
-    if (auto valid = Validate(*plan, model.cluster(), model.model()); !valid)
+    if (auto valid = Validate(*plan, problem.cluster, problem.model); !valid)
       return std::unexpected(valid.error());
   ReportData data;
-  data.cluster = model.cluster();
-  data.model = model.model();
-  data.workload = model.workload();
+  data.cluster = problem.cluster;
+  data.model = problem.model;
+  data.workload = problem.workload;
   const ScheduleOptions schedule = SearchOptions(options);
-  data.ideal_iteration_seconds = IdealIterationSeconds(model, schedule);
-  data.ideal_tokens_per_second = model.workload().batch *
-                                 static_cast<double>(model.workload().seq_len) /
+  data.ideal_iteration_seconds = IdealIterationSeconds(problem, schedule);
+  data.ideal_tokens_per_second = problem.workload.batch *
+                                 static_cast<double>(problem.workload.seq_len) /
                                  data.ideal_iteration_seconds;
-  AddBaselines(model, schedule, data);
-  std::optional<StrategyResult> scheduled = AddSearches(model, options, schedule, data);
+  AddBaselines(problem, schedule, data);
+  std::optional<StrategyResult> scheduled = AddSearches(problem, options, schedule, data);
   data.time_limit_reached = options.deadline.CutShort();
   if (plan) {
     data.plan = *plan;
-    data.cost = model.Evaluate(*plan);
+    data.cost = Evaluate(problem, *plan);
     data.plan_source = "a given plan";
     data.no_plan_reason.clear();
   } else if (scheduled) {
@@ -141,12 +141,12 @@ Result<ReportData> BuildReport(const CostModel& model, const std::optional<Plan>
   }
   if (!data.plan) return data;
   // The plan's own training settings (the planner's choice under auto) for what follows.
-  const CostModel plan_model = WithTraining(
-      model,
+  const Problem plan_problem = WithTraining(
+      problem,
       {data.plan->zero_stage, ParseRecompute(data.plan->recompute).value_or(Recompute::kFull)});
-  data.workload = plan_model.workload();
-  data.shard_ranks = plan_model.ShardRanks(*data.plan);
-  const int ranks = model.cluster().num_ranks();
+  data.workload = plan_problem.workload;
+  data.shard_ranks = CostModel(plan_problem).ShardRanks(*data.plan);
+  const int ranks = problem.cluster.num_ranks();
   if (options.simulate == SimulatePolicy::kNever) {
     data.simulation_error = "not simulated (--simulate never)";
   } else if (options.deadline.Expired()) {
@@ -158,7 +158,7 @@ Result<ReportData> BuildReport(const CostModel& model, const std::optional<Plan>
                             "quickly with the ranks (hint: --simulate always, or hexiseq "
                             "simulate --trace for a Perfetto timeline)";
   } else {
-    Simulate(plan_model, data);
+    Simulate(plan_problem, data);
   }
   return data;
 }

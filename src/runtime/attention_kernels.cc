@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "spec/error.h"
+#include "spec/model.h"
 
 extern "C" void openblas_set_num_threads(int num_threads) __attribute__((weak));
 
@@ -175,7 +176,7 @@ double AttentionForwardFlops(const AttentionInputs& in) {
   for (int64_t q : in.q_positions) {
     pairs += static_cast<double>(std::upper_bound(keys.begin(), keys.end(), q) - keys.begin());
   }
-  return 4.0 * in.head_dim * static_cast<double>(in.q.size()) * pairs;
+  return hexiseq::AttentionForwardFlops(in.head_dim, static_cast<double>(in.q.size()), pairs);
 }
 
 namespace {

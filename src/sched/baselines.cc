@@ -328,22 +328,26 @@ StrategyResult UspOneReplica(const CostModel& model) {
   return BestUsp(model, Iota(model.cluster().num_ranks()), {}, "usp", Deadline{});
 }
 
-StrategyResult RingBaseline(const CostModel& model, const Deadline& deadline) {
+StrategyResult RingBaseline(const Problem& problem, const Deadline& deadline) {
+  const CostModel model(problem);
   return BestDataParallel(model, Iota(model.cluster().num_ranks()), "ring", RingOneReplica,
                           deadline);
 }
 
-StrategyResult UlyssesBaseline(const CostModel& model, const Deadline& deadline) {
+StrategyResult UlyssesBaseline(const Problem& problem, const Deadline& deadline) {
+  const CostModel model(problem);
   return BestDataParallel(model, Iota(model.cluster().num_ranks()), "ulysses", UlyssesOneReplica,
                           deadline);
 }
 
-StrategyResult UspBaseline(const CostModel& model, const Deadline& deadline) {
+StrategyResult UspBaseline(const Problem& problem, const Deadline& deadline) {
+  const CostModel model(problem);
   return BestDataParallel(model, Iota(model.cluster().num_ranks()), "usp",
                           UspWithin("usp", deadline), deadline);
 }
 
-StrategyResult HeteroRingBaseline(const CostModel& model, const Deadline& deadline) {
+StrategyResult HeteroRingBaseline(const Problem& problem, const Deadline& deadline) {
+  const CostModel model(problem);
   const Cluster& c = model.cluster();
   const int n = c.num_ranks();
   std::vector<double> weights(n);
@@ -378,7 +382,8 @@ StrategyResult HeteroRingBaseline(const CostModel& model, const Deadline& deadli
   return best;
 }
 
-StrategyResult SubsetBaseline(const CostModel& model, const Deadline& deadline) {
+StrategyResult SubsetBaseline(const Problem& problem, const Deadline& deadline) {
+  const CostModel model(problem);
   const Cluster& c = model.cluster();
   // Device types by effective speed, fastest first.
   std::map<std::string, double> speed;
@@ -450,8 +455,8 @@ StrategyResult ProportionalPlan(const CostModel& model) {
   return Score(model, std::move(plan), "groups=nodes proportional");
 }
 
-std::vector<StrategyResult> AllBaselines(const CostModel& model, const Deadline& deadline) {
-  using Baseline = StrategyResult (*)(const CostModel&, const Deadline&);
+std::vector<StrategyResult> AllBaselines(const Problem& problem, const Deadline& deadline) {
+  using Baseline = StrategyResult (*)(const Problem&, const Deadline&);
   const std::pair<const char*, Baseline> baselines[] = {{"ring", RingBaseline},
                                                         {"ulysses", UlyssesBaseline},
                                                         {"usp", UspBaseline},
@@ -459,7 +464,7 @@ std::vector<StrategyResult> AllBaselines(const CostModel& model, const Deadline&
                                                         {"subset", SubsetBaseline}};
   std::vector<StrategyResult> out;
   for (const auto& [name, baseline] : baselines)
-    out.push_back(deadline.Expired() ? NotScored(name, deadline) : baseline(model, deadline));
+    out.push_back(deadline.Expired() ? NotScored(name, deadline) : baseline(problem, deadline));
   return out;
 }
 

@@ -1,7 +1,8 @@
 // Baseline plans, each at its strongest, and the building blocks every strategy shares:
 // zigzag (head + tail) sequence placement balanced for causal work, KV-aware largest-remainder
 // head splits, proportional token splits. Every baseline is an ordinary Plan scored by the same
-// CostModel, so comparisons are like for like.
+// CostModel, so comparisons are like for like. The baselines take the Problem; the building blocks
+// below take the CostModel a search already holds (a replica's or a sub-cluster's).
 //   ring        N groups of one rank, uniform zigzag shards (2N chunks), best ring order
 //   ulysses     one group of all ranks, uniform heads (not applicable when heads don't divide)
 //   usp         every CP x HP = N factorisation, HP inside nodes or CP inside nodes; the best
@@ -61,15 +62,15 @@ bool Better(const StrategyResult& a, const StrategyResult& b);
 // leaves the slower types out (plan.left_out) and tries every degree on the rest; hetero-ring is
 // one replica. Each checks `deadline` before each degree, factorisation, subset or memory-cap
 // round and returns the best scored before it passed (NotScored when none was).
-StrategyResult RingBaseline(const CostModel& model, const Deadline& deadline = {});
-StrategyResult UlyssesBaseline(const CostModel& model, const Deadline& deadline = {});
-StrategyResult UspBaseline(const CostModel& model, const Deadline& deadline = {});
-StrategyResult HeteroRingBaseline(const CostModel& model, const Deadline& deadline = {});
-StrategyResult SubsetBaseline(const CostModel& model, const Deadline& deadline = {});
+StrategyResult RingBaseline(const Problem& problem, const Deadline& deadline = {});
+StrategyResult UlyssesBaseline(const Problem& problem, const Deadline& deadline = {});
+StrategyResult UspBaseline(const Problem& problem, const Deadline& deadline = {});
+StrategyResult HeteroRingBaseline(const Problem& problem, const Deadline& deadline = {});
+StrategyResult SubsetBaseline(const Problem& problem, const Deadline& deadline = {});
 StrategyResult ProportionalPlan(const CostModel& model);  // strategy "hexiseq" until the scheduler
 // ring, ulysses, usp, hetero-ring, subset, in that order (NotScored for those the deadline
 // stopped before they started).
-std::vector<StrategyResult> AllBaselines(const CostModel& model, const Deadline& deadline = {});
+std::vector<StrategyResult> AllBaselines(const Problem& problem, const Deadline& deadline = {});
 
 // The result of a strategy that the deadline stopped before it scored a plan: not applicable,
 // timed_out, reason NotScoredReason(deadline).

@@ -173,7 +173,7 @@ void RefineReplica(ReplicaOptimum& optimum, const Clock& clock) {
   std::vector<Layout> starts = {optimum.domain.layout};
   starts.insert(starts.end(), optimum.domain.runners_up.begin(), optimum.domain.runners_up.end());
   for (Layout& start : StructureStarts(model, clock)) starts.push_back(std::move(start));
-  for (const StrategyResult& baseline : AllBaselines(model, clock)) {
+  for (const StrategyResult& baseline : AllBaselines(model.problem(), clock)) {
     Layout layout;
     if (baseline.applicable && LayoutFromPlan(baseline.plan, layout))
       starts.push_back(std::move(layout));
@@ -291,7 +291,8 @@ ExactTrainingResult ExactTrainingOptimum(const CostModel& model, const ScheduleO
 
 }  // namespace sched_internal
 
-Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions& options) {
+Result<StrategyResult> ExactSearch(const Problem& problem, const ScheduleOptions& options) {
+  const CostModel model(problem);
   using namespace sched_internal;
   const int n = model.cluster().num_ranks();
   if (n > kExactMaxRanks)
@@ -306,7 +307,7 @@ Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions
   std::optional<StrategyResult> best;
   if (training.found) best = training.best;
   for (const StrategyResult& baseline :
-       AllBaselines(model, clock))  // ... and the baselines' own plans
+       AllBaselines(problem, clock))  // ... and the baselines' own plans
     if (baseline.applicable && baseline.feasible() && (!best || Better(baseline, *best))) {
       best = baseline;
       best->config = "baseline " + baseline.strategy +
@@ -316,7 +317,7 @@ Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions
   if (!best && clock.CutShort()) return NotScored("exact", clock);
   if (!best || !best->feasible())
     return Infeasible(options.explain_infeasible
-                          ? ExplainInfeasible(model, clock)
+                          ? ExplainInfeasible(problem, clock)
                           : "no plan of the exact search's domain fits memory" +
                                 (best ? ": " + best->cost.infeasible_reason : std::string()));
   if (!training.complete) best->config += " (time limit reached)";

@@ -300,6 +300,115 @@ void Rescale(const CostModel& model, GroupLayout& g, int64_t new_total) {
 
 }  // namespace
 
+void PlanState::SaveGroup(int group, Saved& saved) const {
+  if (std::find(saved.groups.begin(), saved.groups.end(), group) != saved.groups.end()) return;
+  const size_t slot = saved.groups.size();
+  saved.groups.push_back(group);
+  if (saved.layouts.size() <= slot) {
+    saved.layouts.push_back(layout_[group]);
+    saved.plan_groups.push_back(plan_.groups[group]);
+    saved.costs.push_back(costs_[group]);
+  } else {
+    saved.layouts[slot] = layout_[group];
+    saved.plan_groups[slot] = plan_.groups[group];
+    saved.costs[slot] = costs_[group];
+  }
+}
+
+namespace {
+
+// `move.from` and `move.to` are two different members of a group of `members`.
+bool MovesBetweenMembers(const Move& move, int members) {
+  return move.from >= 0 && move.from < members && move.to >= 0 && move.to < members &&
+         move.from != move.to;
+}
+
+}  // namespace
+
+void PlanState::Touch(int group) {
+  if (std::find(touched_.begin(), touched_.end(), group) == touched_.end())
+    touched_.push_back(group);
+}
+
+PlanState::MoveOutcome PlanState::MoveMemberTokens(const Move& move, Saved& saved) {
+  GroupLayout& group = layout_[move.group];
+  if (!MovesBetweenMembers(move, static_cast<int>(group.ranks.size())))
+    return MoveOutcome::kIllegal;
+  if (move.amount <= 0 || group.tokens[move.from] < move.amount) return MoveOutcome::kIllegal;
+  SaveGroup(move.group, saved);
+  group.tokens[move.from] -= move.amount;
+  group.tokens[move.to] += move.amount;
+  RebuildGroup(move.group);
+  Touch(move.group);
+  return MoveOutcome::kTouched;
+}
+
+PlanState::MoveOutcome PlanState::MoveHeads(const Move& move, Saved& saved) {
+  GroupLayout& group = layout_[move.group];
+  if (!MovesBetweenMembers(move, static_cast<int>(group.ranks.size())))
+    return MoveOutcome::kIllegal;
+  if (group.total() == 0 || move.amount <= 0 || group.heads[move.from] < move.amount)
+    return MoveOutcome::kIllegal;
+  SaveGroup(move.group, saved);
+  group.heads[move.from] -= static_cast<int>(move.amount);
+  group.heads[move.to] += static_cast<int>(move.amount);
+  RebuildGroup(move.group);
+  Touch(move.group);
+  Touch(rings_[move.group].prev);
+  Touch(rings_[move.group].next);
+  return MoveOutcome::kTouched;
+}
+
+PlanState::MoveOutcome PlanState::MoveGroupTokens(const Move& move, Saved& saved) {
+  const int source = move.group, target = move.other_group, groups = num_groups();
+  if (target < 0 || target >= groups || source == target) return MoveOutcome::kIllegal;
+  GroupLayout& from = layout_[source];
+  GroupLayout& to = layout_[target];
+  if (from.front - move.front < 0 || from.back - move.back < 0 || to.front + move.front < 0 ||
+      to.back + move.back < 0)
+    return MoveOutcome::kIllegal;
+  if (move.front == 0 && move.back == 0) return MoveOutcome::kIllegal;
+  const int lo = std::min(source, target), hi = std::max(source, target);
+  for (int group = lo; group <= hi; ++group) SaveGroup(group, saved);
+  const bool was_active_from = from.total() > 0, was_active_to = to.total() > 0;
+  Rescale(model_, from, from.total() - move.front - move.back);
+  Rescale(model_, to, to.total() + move.front + move.back);
+  from.front -= move.front;
+  from.back -= move.back;
+  to.front += move.front;
+  to.back += move.back;
+  for (GroupLayout* changed : {&from, &to}) {
+    if (changed->total() == 0)
+      std::fill(changed->heads.begin(), changed->heads.end(), 0);
+    else if (std::accumulate(changed->heads.begin(), changed->heads.end(), 0) == 0)
+      changed->heads = HeadsByAttention(model_, changed->ranks);
+  }
+  RecomputePositions();
+  for (int group = lo; group <= hi; ++group) RebuildGroup(group);
+  int64_t max_tokens = 0;
+  for (const GroupLayout& group : layout_) max_tokens = std::max(max_tokens, group.total());
+  if (was_active_from != (from.total() > 0) || was_active_to != (to.total() > 0)) {
+    saved.full = true;  // a group became active or idle: the ring changes
+    saved.rings = std::move(rings_);
+    saved.all_costs = std::move(costs_);
+    EvaluateAll();
+    return MoveOutcome::kRescored;
+  }
+  if (max_tokens != rings_[0].max_group_tokens) {
+    // The largest group sizes every rank's ring buffers: memory only. Re-score the groups whose
+    // memory could matter; the others keep a slightly stale memory figure (the final plan is
+    // re-scored in full).
+    saved.old_max_tokens = rings_[0].max_group_tokens;
+    for (CostModel::RingContext& ring : rings_) ring.max_group_tokens = max_tokens;
+    for (int group = 0; group < groups; ++group)
+      if (costs_[group].max_memory_fraction > kMemoryRecheckFraction) Touch(group);
+  }
+  for (int group = lo; group <= hi; ++group) Touch(group);
+  Touch(rings_[source].prev);
+  Touch(rings_[target].prev);
+  return MoveOutcome::kTouched;
+}
+
 bool PlanState::Mutate(const Move& move, Saved& saved) {
   // The saved state and the touched list keep their buffers from one trial to the next, so a
   // trial move allocates only where a group's shape grows.
@@ -308,109 +417,24 @@ bool PlanState::Mutate(const Move& move, Saved& saved) {
   saved.old_max_tokens = -1;
   saved.score = score_;
   saved.iteration = iteration_;
-  const int k = num_groups();
-  auto save = [&](int g) {
-    if (std::find(saved.groups.begin(), saved.groups.end(), g) != saved.groups.end()) return;
-    const size_t slot = saved.groups.size();
-    saved.groups.push_back(g);
-    if (saved.layouts.size() <= slot) {
-      saved.layouts.push_back(layout_[g]);
-      saved.plan_groups.push_back(plan_.groups[g]);
-      saved.costs.push_back(costs_[g]);
-    } else {
-      saved.layouts[slot] = layout_[g];
-      saved.plan_groups[slot] = plan_.groups[g];
-      saved.costs[slot] = costs_[g];
-    }
-  };
-  std::vector<int>& touched = touched_;  // groups whose cost must be recomputed
-  touched.clear();
-  auto touch = [&](int g) {
-    if (std::find(touched.begin(), touched.end(), g) == touched.end()) touched.push_back(g);
-  };
-  if (move.group < 0 || move.group >= k) return false;
-  GroupLayout& g = layout_[move.group];
-  const int m = static_cast<int>(g.ranks.size());
+  touched_.clear();
+  if (move.group < 0 || move.group >= num_groups()) return false;
+  MoveOutcome outcome = MoveOutcome::kIllegal;
   switch (move.kind) {
-    case Move::kMemberTokens: {
-      if (move.from < 0 || move.from >= m || move.to < 0 || move.to >= m || move.from == move.to)
-        return false;
-      if (move.amount <= 0 || g.tokens[move.from] < move.amount) return false;
-      save(move.group);
-      g.tokens[move.from] -= move.amount;
-      g.tokens[move.to] += move.amount;
-      RebuildGroup(move.group);
-      touch(move.group);
+    case Move::kMemberTokens:
+      outcome = MoveMemberTokens(move, saved);
       break;
-    }
-    case Move::kHeads: {
-      if (move.from < 0 || move.from >= m || move.to < 0 || move.to >= m || move.from == move.to)
-        return false;
-      if (g.total() == 0 || move.amount <= 0 || g.heads[move.from] < move.amount) return false;
-      save(move.group);
-      g.heads[move.from] -= static_cast<int>(move.amount);
-      g.heads[move.to] += static_cast<int>(move.amount);
-      RebuildGroup(move.group);
-      touch(move.group);
-      touch(rings_[move.group].prev);
-      touch(rings_[move.group].next);
+    case Move::kHeads:
+      outcome = MoveHeads(move, saved);
       break;
-    }
-    case Move::kGroupTokens: {
-      const int a = move.group, b = move.other_group;
-      if (b < 0 || b >= k || a == b) return false;
-      GroupLayout& ga = layout_[a];
-      GroupLayout& gb = layout_[b];
-      if (ga.front - move.front < 0 || ga.back - move.back < 0 || gb.front + move.front < 0 ||
-          gb.back + move.back < 0)
-        return false;
-      if (move.front == 0 && move.back == 0) return false;
-      const int lo = std::min(a, b), hi = std::max(a, b);
-      for (int x = lo; x <= hi; ++x) save(x);
-      const bool was_active_a = ga.total() > 0, was_active_b = gb.total() > 0;
-      const int64_t new_a = ga.total() - move.front - move.back;
-      const int64_t new_b = gb.total() + move.front + move.back;
-      Rescale(model_, ga, new_a);
-      Rescale(model_, gb, new_b);
-      ga.front -= move.front;
-      ga.back -= move.back;
-      gb.front += move.front;
-      gb.back += move.back;
-      for (GroupLayout* x : {&ga, &gb}) {
-        if (x->total() == 0)
-          std::fill(x->heads.begin(), x->heads.end(), 0);
-        else if (std::accumulate(x->heads.begin(), x->heads.end(), 0) == 0)
-          x->heads = HeadsByAttention(model_, x->ranks);
-      }
-      RecomputePositions();
-      for (int x = lo; x <= hi; ++x) RebuildGroup(x);
-      int64_t max_tokens = 0;
-      for (const GroupLayout& x : layout_) max_tokens = std::max(max_tokens, x.total());
-      const bool activity = was_active_a != (ga.total() > 0) || was_active_b != (gb.total() > 0);
-      if (activity) {
-        saved.full = true;
-        saved.rings = std::move(rings_);
-        saved.all_costs = std::move(costs_);
-        EvaluateAll();
-        return true;
-      }
-      if (max_tokens != rings_[0].max_group_tokens) {
-        // The largest group sizes every rank's ring buffers: memory only. Re-score the groups
-        // whose memory could matter; the others keep a slightly stale memory figure (the final
-        // plan is re-scored in full).
-        saved.old_max_tokens = rings_[0].max_group_tokens;
-        for (CostModel::RingContext& ring : rings_) ring.max_group_tokens = max_tokens;
-        for (int x = 0; x < k; ++x)
-          if (costs_[x].max_memory_fraction > kMemoryRecheckFraction) touch(x);
-      }
-      for (int x = lo; x <= hi; ++x) touch(x);
-      touch(rings_[a].prev);
-      touch(rings_[b].prev);
+    case Move::kGroupTokens:
+      outcome = MoveGroupTokens(move, saved);
       break;
-    }
   }
-  for (int x : touched) save(x);
-  for (int x : touched) costs_[x] = model_.EvaluateGroup(plan_, x, rings_[x]);
+  if (outcome == MoveOutcome::kIllegal) return false;
+  if (outcome == MoveOutcome::kRescored) return true;
+  for (int group : touched_) SaveGroup(group, saved);
+  for (int group : touched_) costs_[group] = model_.EvaluateGroup(plan_, group, rings_[group]);
   ComputeScore();
   return true;
 }
@@ -458,6 +482,157 @@ constexpr int kAllPartnersUpTo = 12;  // below this many groups, every group is 
 // descent has converged.
 constexpr int kWideHeadMovesUpTo = 8;
 
+// One round of the descent: every move it tries from the current state, and the best of them.
+class DescentRound {
+ public:
+  DescentRound(PlanState& state, double step, int64_t& trials)
+      : state_(state), step_(step), trials_(trials), best_(state.score()) {}
+
+  // The bottleneck groups' member, head and partner moves.
+  void BottleneckMoves() {
+    for (int group : state_.BottleneckGroups()) {
+      MemberMoves(group);
+      PartnerMoves(group);
+    }
+  }
+  // Escape from a local optimum: moves of k heads (k = 1..max(2, heads per KV head)) between
+  // any two members of a bottleneck group, for head splits several heads away from the start.
+  void WideHeadMoves() {
+    const int per_kv = HeadsPerKvHead();
+    for (int group : state_.BottleneckGroups()) {
+      const GroupLayout& layout = state_.layout()[group];
+      const int members = static_cast<int>(layout.ranks.size());
+      if (layout.total() == 0 || members < 2 || members > kWideHeadMovesUpTo) continue;
+      for (int from = 0; from < members; ++from)
+        for (int to = 0; to < members; ++to) {
+          if (from == to) continue;
+          for (int amount = 1; amount <= std::max(2, per_kv) && amount <= layout.heads[from];
+               ++amount)
+            Consider(Move{Move::kHeads, group, group, from, to, amount, 0, 0}, 0);
+        }
+    }
+  }
+
+  bool found() const { return found_; }
+  bool tried_bigger_than_one() const { return tried_bigger_than_one_; }
+  const Move& best_move() const { return best_move_; }
+  double best_factor() const { return best_factor_; }
+
+ private:
+  int HeadsPerKvHead() const {
+    return state_.plan().num_heads / std::max(1, state_.plan().num_kv_heads);
+  }
+
+  void Consider(const Move& move, double factor) {
+    bool legal = false;
+    const Objective score = state_.Try(move, legal, &best_);
+    ++trials_;
+    if (legal && Less(score, best_)) {
+      best_ = score;
+      best_move_ = move;
+      best_factor_ = factor;
+      found_ = true;
+    }
+  }
+
+  // Calls `fn(amount, factor)` for amounts step x {2, 1, 1/2} of `base` (at least 1, distinct,
+  // at most base).
+  template <typename Fn>
+  void Amounts(int64_t base, Fn&& fn) {
+    int64_t last = -1;
+    for (double factor : {2.0, 1.0, 0.5}) {
+      const int64_t amount =
+          std::max<int64_t>(1, static_cast<int64_t>(std::floor(base * step_ * factor)));
+      if (amount == last || amount > base) continue;
+      last = amount;
+      if (amount > 1) tried_bigger_than_one_ = true;
+      fn(amount, factor);
+    }
+  }
+
+  // Tokens from the member slowest at linear work and the one nearest its memory limit to the
+  // members with the most slack; heads from the member slowest at attention (or fullest) to
+  // every other member.
+  void MemberMoves(int group) {
+    const GroupLayout& layout = state_.layout()[group];
+    const GroupCost& cost = state_.group_costs()[group];
+    const int members = static_cast<int>(layout.ranks.size());
+    if (layout.total() == 0 || members < 2) return;
+    auto linear = [&](int i) { return cost.members[i].linear_seconds; };
+    auto fraction = [&](int i) {
+      return cost.members[i].memory_bytes / cost.members[i].memory_capacity_bytes;
+    };
+    auto attention = [&](int i) { return cost.members[i].attention_seconds; };
+    int slow = 0, fullest = 0, fast = -1, light = -1;
+    for (int i = 0; i < members; ++i) {
+      if (linear(i) > linear(slow)) slow = i;
+      if (fraction(i) > fraction(fullest)) fullest = i;
+    }
+    for (int i = 0; i < members; ++i) {
+      if (i != slow && (fast < 0 || linear(i) < linear(fast))) fast = i;
+      if (i != fullest && (light < 0 || fraction(i) < fraction(light))) light = i;
+    }
+    for (int from : {slow, fullest})
+      for (int to : {fast, light}) {
+        if (from == to || to < 0) continue;
+        Amounts(layout.tokens[from], [&](int64_t amount, double factor) {
+          Consider(Move{Move::kMemberTokens, group, group, from, to, amount, 0, 0}, factor);
+        });
+      }
+    int hot = 0;
+    for (int i = 0; i < members; ++i)
+      if (attention(i) > attention(hot)) hot = i;
+    const int per_kv = HeadsPerKvHead();
+    for (int from : {hot, fullest}) {
+      for (int to = 0; to < members; ++to) {
+        if (to == from) continue;
+        Consider(Move{Move::kHeads, group, group, from, to, 1, 0, 0}, 0);
+        if (per_kv > 1) Consider(Move{Move::kHeads, group, group, from, to, per_kv, 0, 0}, 0);
+      }
+      if (hot == fullest) break;
+    }
+  }
+
+  // Token transfers and front/back swaps with the partner groups: every group when there are
+  // few, else the nearest in ring order.
+  void PartnerMoves(int group) {
+    const Layout& layout = state_.layout();
+    const GroupLayout& own = layout[group];
+    const int groups = state_.num_groups();
+    if (own.total() == 0 || groups < 2) return;
+    std::vector<int> partners;
+    if (groups <= kAllPartnersUpTo) {
+      for (int other = 0; other < groups; ++other)
+        if (other != group) partners.push_back(other);
+    } else {
+      for (int distance = 1; distance <= kPartnerDistance; ++distance)
+        for (int other : {group - distance, group + distance})
+          if (other >= 0 && other < groups) partners.push_back(other);
+    }
+    for (int other : partners) {
+      Amounts(own.total(), [&](int64_t amount, double factor) {
+        if (own.front >= amount)
+          Consider(Move{Move::kGroupTokens, group, other, 0, 0, 0, amount, 0}, factor);
+        if (own.back >= amount)
+          Consider(Move{Move::kGroupTokens, group, other, 0, 0, 0, 0, amount}, factor);
+        // Swaps keep both groups' token counts and trade cheap front for costly back tokens.
+        if (own.back >= amount && layout[other].front >= amount)
+          Consider(Move{Move::kGroupTokens, group, other, 0, 0, 0, -amount, amount}, factor);
+        if (own.front >= amount && layout[other].back >= amount)
+          Consider(Move{Move::kGroupTokens, group, other, 0, 0, 0, amount, -amount}, factor);
+      });
+    }
+  }
+
+  PlanState& state_;
+  const double step_;
+  int64_t& trials_;
+  Objective best_;
+  Move best_move_;
+  bool found_ = false, tried_bigger_than_one_ = false;
+  double best_factor_ = 0;
+};
+
 }  // namespace
 
 int64_t Descend(PlanState& state, int64_t max_trials, const std::function<bool()>& expired) {
@@ -465,128 +640,18 @@ int64_t Descend(PlanState& state, int64_t max_trials, const std::function<bool()
   double step = 0.25;  // relative step: amounts are step x {2, 1, 1/2} of the source quantity
   while (trials < max_trials && !(expired && expired())) {
     state.Renormalize();
-    const Layout& layout = state.layout();
-    const std::vector<GroupCost>& costs = state.group_costs();
-    const int k = state.num_groups();
-    Objective best = state.score();
-    Move best_move;
-    bool found = false, tried_bigger_than_one = false;
-    double best_factor = 0;
-    auto consider = [&](const Move& move, double factor) {
-      bool legal = false;
-      const Objective s = state.Try(move, legal, &best);
-      ++trials;
-      if (legal && Less(s, best)) {
-        best = s;
-        best_move = move;
-        best_factor = factor;
-        found = true;
-      }
-    };
-    auto amounts = [&](int64_t base, auto&& fn) {
-      int64_t last = -1;
-      for (double factor : {2.0, 1.0, 0.5}) {
-        const int64_t amount =
-            std::max<int64_t>(1, static_cast<int64_t>(std::floor(base * step * factor)));
-        if (amount == last || amount > base) continue;
-        last = amount;
-        if (amount > 1) tried_bigger_than_one = true;
-        fn(amount, factor);
-      }
-    };
-    for (int g : state.BottleneckGroups()) {
-      const GroupLayout& gl = layout[g];
-      const GroupCost& gc = costs[g];
-      const int m = static_cast<int>(gl.ranks.size());
-      if (gl.total() > 0 && m > 1) {
-        // Sources: the member slowest at linear work and the one nearest its memory limit;
-        // targets: the members with the most slack.
-        std::vector<int> sources, targets;
-        int slow = 0, mem = 0, fast = -1, light = -1;
-        auto lin = [&](int i) { return gc.members[i].linear_seconds; };
-        auto frac = [&](int i) {
-          return gc.members[i].memory_bytes / gc.members[i].memory_capacity_bytes;
-        };
-        auto att = [&](int i) { return gc.members[i].attention_seconds; };
-        for (int i = 0; i < m; ++i) {
-          if (lin(i) > lin(slow)) slow = i;
-          if (frac(i) > frac(mem)) mem = i;
-        }
-        for (int i = 0; i < m; ++i) {
-          if (i != slow && (fast < 0 || lin(i) < lin(fast))) fast = i;
-          if (i != mem && (light < 0 || frac(i) < frac(light))) light = i;
-        }
-        for (int from : {slow, mem})
-          for (int to : {fast, light}) {
-            if (from == to || to < 0) continue;
-            amounts(gl.tokens[from], [&](int64_t amount, double factor) {
-              consider(Move{Move::kMemberTokens, g, g, from, to, amount, 0, 0}, factor);
-            });
-          }
-        // Heads: from the member slowest at attention (or fullest) to every other member.
-        int hot = 0;
-        for (int i = 0; i < m; ++i)
-          if (att(i) > att(hot)) hot = i;
-        const int per_kv = state.plan().num_heads / std::max(1, state.plan().num_kv_heads);
-        for (int from : {hot, mem}) {
-          for (int to = 0; to < m; ++to) {
-            if (to == from) continue;
-            consider(Move{Move::kHeads, g, g, from, to, 1, 0, 0}, 0);
-            if (per_kv > 1) consider(Move{Move::kHeads, g, g, from, to, per_kv, 0, 0}, 0);
-          }
-          if (hot == mem) break;
-        }
-      }
-      if (gl.total() == 0 || k < 2) continue;
-      // Partners: every group when there are few, else the nearest and the least loaded.
-      std::vector<int> partners;
-      if (k <= kAllPartnersUpTo) {
-        for (int j = 0; j < k; ++j)
-          if (j != g) partners.push_back(j);
-      } else {
-        for (int d = 1; d <= kPartnerDistance; ++d)
-          for (int j : {g - d, g + d})
-            if (j >= 0 && j < k) partners.push_back(j);
-      }
-      for (int j : partners) {
-        amounts(gl.total(), [&](int64_t amount, double factor) {
-          if (gl.front >= amount)
-            consider(Move{Move::kGroupTokens, g, j, 0, 0, 0, amount, 0}, factor);
-          if (gl.back >= amount)
-            consider(Move{Move::kGroupTokens, g, j, 0, 0, 0, 0, amount}, factor);
-          // Swaps keep both groups' token counts and trade cheap front for costly back tokens.
-          if (gl.back >= amount && layout[j].front >= amount)
-            consider(Move{Move::kGroupTokens, g, j, 0, 0, 0, -amount, amount}, factor);
-          if (gl.front >= amount && layout[j].back >= amount)
-            consider(Move{Move::kGroupTokens, g, j, 0, 0, 0, amount, -amount}, factor);
-        });
-      }
-    }
-    if (!found && !tried_bigger_than_one && trials < max_trials) {
-      // Escape from a local optimum: moves of k heads (k = 2..per_kv) between any two members of
-      // a bottleneck group, for head splits several heads away from the start.
-      const int per_kv = state.plan().num_heads / std::max(1, state.plan().num_kv_heads);
-      for (int g : state.BottleneckGroups()) {
-        const GroupLayout& gl = layout[g];
-        const int m = static_cast<int>(gl.ranks.size());
-        if (gl.total() == 0 || m < 2 || m > kWideHeadMovesUpTo) continue;
-        for (int from = 0; from < m; ++from)
-          for (int to = 0; to < m; ++to) {
-            if (from == to) continue;
-            for (int amount = 1; amount <= std::max(2, per_kv) && amount <= gl.heads[from];
-                 ++amount)
-              consider(Move{Move::kHeads, g, g, from, to, amount, 0, 0}, 0);
-          }
-      }
-    }
-    if (found) {
-      state.Apply(best_move);
-      if (best_factor >= 2.0)
+    DescentRound round(state, step, trials);
+    round.BottleneckMoves();
+    if (!round.found() && !round.tried_bigger_than_one() && trials < max_trials)
+      round.WideHeadMoves();
+    if (round.found()) {
+      state.Apply(round.best_move());
+      if (round.best_factor() >= 2.0)
         step = std::min(0.5, step * 2);
-      else if (best_factor > 0 && best_factor < 1.0)
+      else if (round.best_factor() > 0 && round.best_factor() < 1.0)
         step *= 0.5;
     } else {
-      if (!tried_bigger_than_one) break;
+      if (!round.tried_bigger_than_one()) break;
       step *= 0.25;
     }
   }

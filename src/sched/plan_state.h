@@ -100,6 +100,16 @@ class PlanState {
     double iteration = 0;
   };
   bool Mutate(const Move& move, Saved& saved);
+  // The phases of Mutate. SaveGroup keeps a group's layout, plan group and cost (once per move);
+  // Touch lists a group to re-score (touched_). Each Move* applies one kind of move, saving what
+  // it changes: kIllegal (nothing changed), kTouched (touched_ to re-score), kRescored (the whole
+  // plan was re-evaluated).
+  enum class MoveOutcome { kIllegal, kTouched, kRescored };
+  void SaveGroup(int group, Saved& saved) const;
+  void Touch(int group);
+  MoveOutcome MoveMemberTokens(const Move& move, Saved& saved);
+  MoveOutcome MoveHeads(const Move& move, Saved& saved);
+  MoveOutcome MoveGroupTokens(const Move& move, Saved& saved);
   void Restore(Saved& saved);
   void RebuildGroup(int group);
   void RecomputePositions();

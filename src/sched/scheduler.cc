@@ -593,7 +593,7 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
 
   // ---- Baselines (seeds and the floor the result must beat).
   std::vector<StrategyResult> baselines =
-      scored_baselines ? *scored_baselines : AllBaselines(model, clock);
+      scored_baselines ? *scored_baselines : AllBaselines(model.problem(), clock);
   if (!clock.Expired()) baselines.push_back(ProportionalPlan(model));
   report(0.05);
 
@@ -862,14 +862,15 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
 
 }  // namespace sched_internal
 
-Result<StrategyResult> Schedule(const CostModel& model, const ScheduleOptions& options) {
-  return sched_internal::ScheduleWithBaselines(model, options, nullptr);
+Result<StrategyResult> Schedule(const Problem& problem, const ScheduleOptions& options) {
+  return sched_internal::ScheduleWithBaselines(problem, options, nullptr);
 }
 
 namespace sched_internal {
 
-Result<StrategyResult> ScheduleWithBaselines(const CostModel& model, const ScheduleOptions& options,
+Result<StrategyResult> ScheduleWithBaselines(const Problem& problem, const ScheduleOptions& options,
                                              const std::vector<StrategyResult>* baselines) {
+  const CostModel model(problem);
   if (options.top_k < 1)
     return InvalidArgument("scheduler: top_k = " + std::to_string(options.top_k) +
                            ": must be >= 1");
@@ -880,7 +881,7 @@ Result<StrategyResult> ScheduleWithBaselines(const CostModel& model, const Sched
   if (!out.best.cost.feasible) {
     if (!options.explain_infeasible)
       return Infeasible("infeasible: " + out.best.cost.infeasible_reason);
-    return Infeasible(ExplainInfeasible(model, options.deadline));
+    return Infeasible(ExplainInfeasible(problem, options.deadline));
   }
   return out.best;
 }

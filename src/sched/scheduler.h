@@ -3,8 +3,8 @@
 // group-level candidates (which ranks form each all-to-all group, in which ring order, and how
 // much of the sequence each group gets), the best few kept, then per-rank token and head counts
 // refined by bounded coordinate descent with incremental scoring. Every baseline is scored too,
-// so the result is never predicted worse than the best baseline. All plans are scored by
-// CostModel; nothing here models hardware itself.
+// so the result is never predicted worse than the best baseline. Every entry point takes the
+// Problem; all plans are scored by its CostModel; nothing here models hardware itself.
 #pragma once
 
 #include <functional>
@@ -55,8 +55,8 @@ struct ScheduleOptions {
 // Strategy "hexiseq". Returns the best plan found (strategy "hexiseq", config naming the group
 // structure), or kInfeasible when no plan fits memory, with the message of ExplainInfeasible.
 // Deterministic: the same inputs and options (without a time limit) give the same plan.
-// Thread-safe for concurrent calls on the same CostModel.
-Result<StrategyResult> Schedule(const CostModel& model, const ScheduleOptions& options = {});
+// Thread-safe for concurrent calls on the same Problem.
+Result<StrategyResult> Schedule(const Problem& problem, const ScheduleOptions& options = {});
 
 // Strategy "exact": the optimum of the cost model over a stated domain, for clusters of at most
 // kExactMaxRanks ranks, at the workload's ZeRO stage and recompute policy (under --zero auto /
@@ -77,7 +77,7 @@ Result<StrategyResult> Schedule(const CostModel& model, const ScheduleOptions& o
 inline constexpr int kExactMaxRanks = 3;
 inline constexpr int kExactGroupSteps = 32;
 inline constexpr int kExactMemberSteps = 24;
-Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions& options = {});
+Result<StrategyResult> ExactSearch(const Problem& problem, const ScheduleOptions& options = {});
 
 // For a workload that does not fit: which rank cannot fit, what it needs and what it has, and the
 // smallest change that makes the scheduler find a plan that fits: "with --recompute full it
@@ -85,10 +85,10 @@ Result<StrategyResult> ExactSearch(const CostModel& model, const ScheduleOptions
 // most 768K fits" (each found by re-running the scheduler on the modified workload; the sequence
 // length by bisection). Returns "" when the workload fits. Once `deadline` passes no further
 // change is tried, and the message says so.
-std::string ExplainInfeasible(const CostModel& model, const Deadline& deadline = {});
+std::string ExplainInfeasible(const Problem& problem, const Deadline& deadline = {});
 // The same, for a search that chose the settings `options` marks auto: the workload is explained
 // at the auto settings that need the least memory (ZeRO-3, full recompute), and a setting the
 // planner already chose is never suggested.
-std::string ExplainInfeasible(const CostModel& model, const ScheduleOptions& options);
+std::string ExplainInfeasible(const Problem& problem, const ScheduleOptions& options);
 
 }  // namespace hexiseq

@@ -60,7 +60,7 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
                            const std::vector<StrategyResult>* baselines = nullptr);
 
 // Schedule with the baselines already scored (`baselines` as for RunScheduler).
-Result<StrategyResult> ScheduleWithBaselines(const CostModel& model, const ScheduleOptions& options,
+Result<StrategyResult> ScheduleWithBaselines(const Problem& problem, const ScheduleOptions& options,
                                              const std::vector<StrategyResult>* baselines);
 
 // ---- The exact search's domain (exact_search.cc states it in full; the steps are in

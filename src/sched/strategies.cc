@@ -18,17 +18,17 @@ const std::vector<std::string>& StrategyNames() {
 namespace {
 
 // One strategy at the workload's ZeRO stage and recompute policy (`baselines`: AllBaselines of
-// `model` when already scored, else null).
-Result<StrategyResult> RunFixed(const CostModel& model, const std::string& name,
+// `problem` when already scored, else null).
+Result<StrategyResult> RunFixed(const Problem& problem, const std::string& name,
                                 const ScheduleOptions& options,
                                 const std::vector<StrategyResult>* baselines = nullptr) {
-  if (name == "hexiseq") return sched_internal::ScheduleWithBaselines(model, options, baselines);
-  if (name == "exact") return ExactSearch(model, options);
-  if (name == "ring") return RingBaseline(model, options.deadline);
-  if (name == "ulysses") return UlyssesBaseline(model, options.deadline);
-  if (name == "usp") return UspBaseline(model, options.deadline);
-  if (name == "hetero-ring") return HeteroRingBaseline(model, options.deadline);
-  if (name == "subset") return SubsetBaseline(model, options.deadline);
+  if (name == "hexiseq") return sched_internal::ScheduleWithBaselines(problem, options, baselines);
+  if (name == "exact") return ExactSearch(problem, options);
+  if (name == "ring") return RingBaseline(problem, options.deadline);
+  if (name == "ulysses") return UlyssesBaseline(problem, options.deadline);
+  if (name == "usp") return UspBaseline(problem, options.deadline);
+  if (name == "hetero-ring") return HeteroRingBaseline(problem, options.deadline);
+  if (name == "subset") return SubsetBaseline(problem, options.deadline);
   return InvalidArgument("--strategy = \"" + name +
                          "\": unknown (rule: one of hexiseq, exact, ring, ulysses, usp, "
                          "hetero-ring, subset)");
@@ -36,22 +36,22 @@ Result<StrategyResult> RunFixed(const CostModel& model, const std::string& name,
 
 }  // namespace
 
-Result<StrategyResult> RunStrategy(const CostModel& model, const std::string& name,
+Result<StrategyResult> RunStrategy(const Problem& problem, const std::string& name,
                                    const ScheduleOptions& options) {
   const auto& names = StrategyNames();
   if (!(options.zero_auto || options.recompute_auto) ||
       std::find(names.begin(), names.end(), name) == names.end())
-    return RunFixed(model, name, options);
-  return SearchTraining(model, name, options,
-                        [&name](const CostModel& fixed_model, const ScheduleOptions& fixed,
+    return RunFixed(problem, name, options);
+  return SearchTraining(problem, name, options,
+                        [&name](const Problem& fixed_problem, const ScheduleOptions& fixed,
                                 const std::vector<StrategyResult>* baselines) {
-                          return RunFixed(fixed_model, name, fixed, baselines);
+                          return RunFixed(fixed_problem, name, fixed, baselines);
                         });
 }
 
-Result<StrategyResult> PlanStrategy(const CostModel& model, const std::string& name,
+Result<StrategyResult> PlanStrategy(const Problem& problem, const std::string& name,
                                     const ScheduleOptions& options) {
-  auto result = RunStrategy(model, name, options);
+  auto result = RunStrategy(problem, name, options);
   if (!result) return result;
   if (result->timed_out)
     return Infeasible("strategy " + name + ": no plan was found within the time limit (" +
@@ -66,7 +66,7 @@ Result<StrategyResult> PlanStrategy(const CostModel& model, const std::string& n
                       LimitText(options.deadline) + " (the best found: " + result->reason +
                       "; hint: raise --time-limit, 0 means none)");
   if (!result->cost.feasible) {
-    std::string why = ExplainInfeasible(model, options);
+    std::string why = ExplainInfeasible(problem, options);
     if (why.empty()) why = "infeasible: " + result->cost.infeasible_reason;
     return Infeasible(why + " (strategy " + name +
                       "; hint: the hexiseq strategy searches every grouping, try --strategy "
@@ -75,7 +75,7 @@ Result<StrategyResult> PlanStrategy(const CostModel& model, const std::string& n
   return result;
 }
 
-Result<Comparison> CompareStrategies(const CostModel& model, const ScheduleOptions& options) {
+Result<Comparison> CompareStrategies(const Problem& problem, const ScheduleOptions& options) {
   Comparison comparison;
   const Deadline& deadline = options.deadline;
   for (const char* name : {"ring", "ulysses", "usp", "hetero-ring", "subset"}) {
@@ -83,7 +83,7 @@ Result<Comparison> CompareStrategies(const CostModel& model, const ScheduleOptio
       comparison.results.push_back(NotScored(name, deadline));
       continue;
     }
-    auto baseline = RunStrategy(model, name, options);
+    auto baseline = RunStrategy(problem, name, options);
     if (!baseline) return std::unexpected(baseline.error());
     comparison.results.push_back(std::move(*baseline));
   }
@@ -94,7 +94,7 @@ Result<Comparison> CompareStrategies(const CostModel& model, const ScheduleOptio
     }
   }
   auto hex = deadline.Expired() ? Result<StrategyResult>(NotScored("hexiseq", deadline))
-                                : RunStrategy(model, "hexiseq", options);
+                                : RunStrategy(problem, "hexiseq", options);
   if (hex) {
     comparison.results.push_back(*hex);
   } else if (hex.error().code == ErrorCode::kInfeasible) {
@@ -107,15 +107,15 @@ Result<Comparison> CompareStrategies(const CostModel& model, const ScheduleOptio
   } else {
     return std::unexpected(hex.error());
   }
-  if (model.cluster().num_ranks() <= kExactMaxRanks) {  // small enough for the exact search
+  if (problem.cluster.num_ranks() <= kExactMaxRanks) {  // small enough for the exact search
     auto exact = deadline.Expired() ? Result<StrategyResult>(NotScored("exact", deadline))
-                                    : RunStrategy(model, "exact", options);
+                                    : RunStrategy(problem, "exact", options);
     if (exact) comparison.results.push_back(*exact);
   }
   comparison.time_limit_reached = deadline.CutShort();
-  comparison.ideal_seconds = IdealIterationSeconds(model, options);
-  comparison.ideal_tokens_per_second = model.workload().batch *
-                                       static_cast<double>(model.workload().seq_len) /
+  comparison.ideal_seconds = IdealIterationSeconds(problem, options);
+  comparison.ideal_tokens_per_second = problem.workload.batch *
+                                       static_cast<double>(problem.workload.seq_len) /
                                        comparison.ideal_seconds;
   return comparison;
 }

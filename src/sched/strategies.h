@@ -19,14 +19,14 @@ const std::vector<std::string>& StrategyNames();
 // Runs one strategy: hexiseq and exact go through the scheduler with `options`, the others are
 // baselines. kInvalidArgument for an unknown name. The result may be not applicable or
 // infeasible; `PlanStrategy` turns those into errors.
-Result<StrategyResult> RunStrategy(const CostModel& model, const std::string& name,
+Result<StrategyResult> RunStrategy(const Problem& problem, const std::string& name,
                                    const ScheduleOptions& options = {});
 
 // RunStrategy for a caller that needs a plan to use: a strategy that is not applicable gives
 // kNotSupported, one whose plan does not fit gives kInfeasible with the smallest change that fits,
 // one that the deadline stopped before it scored a plan gives kInfeasible saying so. The plan's
 // time_limit_reached says whether the deadline cut the search short.
-Result<StrategyResult> PlanStrategy(const CostModel& model, const std::string& name,
+Result<StrategyResult> PlanStrategy(const Problem& problem, const std::string& name,
                                     const ScheduleOptions& options = {});
 
 // Every baseline, hexiseq, and exact where the cluster is small enough for it.
@@ -39,7 +39,7 @@ struct Comparison {
 };
 // Errors only when the scheduler fails for a reason other than infeasibility (an infeasible
 // hexiseq becomes a row with the explanation as its reason).
-Result<Comparison> CompareStrategies(const CostModel& model, const ScheduleOptions& options = {});
+Result<Comparison> CompareStrategies(const Problem& problem, const ScheduleOptions& options = {});
 
 // The `hexiseq compare --format json` document: ideal_tokens_per_second, time_limit_reached and
 // one object per strategy (strategy, config, feasible, reason, iteration_seconds,

@@ -27,7 +27,7 @@ struct Runs {
   std::vector<std::vector<CandidateRecord>> tables;  // tables[i]: results[i]'s candidates
   std::optional<Error> first_error;
   std::optional<StrategyResult> best_baseline;  // the best baseline scored on the way
-  void Run(const FixedStrategy& run, const CostModel& at, const ScheduleOptions& fixed,
+  void Run(const FixedStrategy& run, const Problem& at, const ScheduleOptions& fixed,
            const std::vector<StrategyResult>* baselines) {
     std::vector<CandidateRecord> table;
     ScheduleOptions own = fixed;
@@ -60,14 +60,15 @@ struct Screened {
   StrategyResult best;                    // the best baseline (the screen's score)
 };
 
-Screened ScreenAt(const CostModel& model, const TrainingConfig& config, const Deadline& deadline) {
-  Screened screened{config, AllBaselines(WithTraining(model, config), deadline), {}};
+Screened ScreenAt(const Problem& problem, const TrainingConfig& config, const Deadline& deadline) {
+  Screened screened{config, AllBaselines(WithTraining(problem, config), deadline), {}};
   screened.best = *std::min_element(screened.baselines.begin(), screened.baselines.end(), Better);
   return screened;
 }
 
-// A result's plan scored at `model`'s settings (its ZeRO stage and recompute policy).
-StrategyResult Rescored(const CostModel& model, const StrategyResult& result) {
+// A result's plan scored at `problem`'s settings (its ZeRO stage and recompute policy).
+StrategyResult Rescored(const Problem& problem, const StrategyResult& result) {
+  const CostModel model(problem);
   Plan plan = result.plan;
   const Plan shell = EmptyPlan(model, plan.strategy);
   plan.zero_stage = shell.zero_stage;
@@ -85,9 +86,9 @@ StrategyResult Rescored(const CostModel& model, const StrategyResult& result) {
 // plans at every configuration; the data-parallel baselines' per-replica choice and hetero-ring's
 // memory cap may pick other plans here, so the benches check the floor against every baseline
 // run at every configuration (sched_replicas quality, bench/sched/plan_quality --diff).
-Screened ScreenAgainst(const CostModel& model, const TrainingConfig& config, const Screened& first,
+Screened ScreenAgainst(const Problem& problem, const TrainingConfig& config, const Screened& first,
                        double to_beat, const Deadline& deadline) {
-  const CostModel at = WithTraining(model, config);
+  const Problem at = WithTraining(problem, config);
   ScheduleOptions rerun;
   rerun.deadline = deadline;
   Screened screened{config, {}, {}};
@@ -106,11 +107,11 @@ Screened ScreenAgainst(const CostModel& model, const TrainingConfig& config, con
 
 // The configurations ordered by their aggregate-compute bound, least first (stable): no plan at a
 // configuration is faster than its bound.
-std::vector<std::pair<TrainingConfig, double>> ByBound(const CostModel& model,
+std::vector<std::pair<TrainingConfig, double>> ByBound(const Problem& problem,
                                                        const std::vector<TrainingConfig>& configs) {
   std::vector<std::pair<TrainingConfig, double>> order;
   for (const TrainingConfig& config : configs)
-    order.push_back({config, WithTraining(model, config).IdealIterationSeconds()});
+    order.push_back({config, CostModel(WithTraining(problem, config)).IdealIterationSeconds()});
   std::stable_sort(order.begin(), order.end(),
                    [](const auto& a, const auto& b) { return a.second < b.second; });
   return order;
@@ -123,21 +124,21 @@ std::vector<std::pair<TrainingConfig, double>> ByBound(const CostModel& model,
 // search at the best of those by best baseline (the best two when the first search found no
 // feasible plan). The best baseline over every configuration is therefore at a configuration
 // searched or no faster than a plan found, so the search keeps its floor.
-void SearchBounded(const CostModel& model, const std::vector<TrainingConfig>& configs,
+void SearchBounded(const Problem& problem, const std::vector<TrainingConfig>& configs,
                    const ScheduleOptions& fixed, const FixedStrategy& run, Runs& runs) {
   const Deadline& deadline = fixed.deadline;
-  const Screened first = ScreenAt(model, configs.front(), deadline);
+  const Screened first = ScreenAt(problem, configs.front(), deadline);
   runs.NoteBaseline(first.best);
   if (deadline.Expired()) return;
-  runs.Run(run, WithTraining(model, first.config), fixed, &first.baselines);
+  runs.Run(run, WithTraining(problem, first.config), fixed, &first.baselines);
   if (runs.first_error) return;  // bad options: the same error at every configuration
   const double to_beat = runs.BestFeasibleSeconds();
   std::vector<Screened> screened;
   const std::vector<TrainingConfig> others(configs.begin() + 1, configs.end());
-  for (const auto& [config, bound] : ByBound(model, others)) {
+  for (const auto& [config, bound] : ByBound(problem, others)) {
     if (deadline.Expired()) return;
     if (bound >= to_beat) continue;
-    screened.push_back(ScreenAgainst(model, config, first, to_beat, deadline));
+    screened.push_back(ScreenAgainst(problem, config, first, to_beat, deadline));
     runs.NoteBaseline(screened.back().best);
   }
   std::stable_sort(screened.begin(), screened.end(), [](const Screened& a, const Screened& b) {
@@ -145,7 +146,7 @@ void SearchBounded(const CostModel& model, const std::vector<TrainingConfig>& co
   });
   const size_t searches = std::isfinite(to_beat) ? kSearchedConfigs - 1 : kSearchedConfigs;
   for (size_t rank = 0; rank < std::min(searches, screened.size()) && !deadline.Expired(); ++rank)
-    runs.Run(run, WithTraining(model, screened[rank].config), fixed, &screened[rank].baselines);
+    runs.Run(run, WithTraining(problem, screened[rank].config), fixed, &screened[rank].baselines);
 }
 
 // Rows of the chosen result first, then the best of every other configuration, best first.
@@ -178,32 +179,32 @@ std::vector<TrainingConfig> TrainingConfigs(const Workload& workload,
   return configs;
 }
 
-CostModel WithTraining(const CostModel& model, const TrainingConfig& config) {
-  Workload workload = model.workload();
-  workload.zero_stage = config.zero_stage;
-  workload.recompute = config.recompute;
-  return CostModel(model.cluster(), model.model(), workload, model.constants());
+Problem WithTraining(const Problem& problem, const TrainingConfig& config) {
+  Problem changed = problem;
+  changed.workload.zero_stage = config.zero_stage;
+  changed.workload.recompute = config.recompute;
+  return changed;
 }
 
-double IdealIterationSeconds(const CostModel& model, const ScheduleOptions& options) {
-  if (!options.recompute_auto) return model.IdealIterationSeconds();
-  return WithTraining(model, {model.workload().zero_stage, Recompute::kNone})
+double IdealIterationSeconds(const Problem& problem, const ScheduleOptions& options) {
+  if (!options.recompute_auto) return CostModel(problem).IdealIterationSeconds();
+  return CostModel(WithTraining(problem, {problem.workload.zero_stage, Recompute::kNone}))
       .IdealIterationSeconds();
 }
 
-Result<StrategyResult> SearchTraining(const CostModel& model, const std::string& name,
+Result<StrategyResult> SearchTraining(const Problem& problem, const std::string& name,
                                       const ScheduleOptions& options, const FixedStrategy& run) {
-  const std::vector<TrainingConfig> configs = TrainingConfigs(model.workload(), options);
+  const std::vector<TrainingConfig> configs = TrainingConfigs(problem.workload, options);
   ScheduleOptions fixed = options;
   fixed.zero_auto = fixed.recompute_auto = false;
   fixed.explain_infeasible = false;
   Runs runs;
   if (IsSearch(name) && configs.size() > kSearchedConfigs) {
-    SearchBounded(model, configs, fixed, run, runs);
+    SearchBounded(problem, configs, fixed, run, runs);
   } else {
     for (const TrainingConfig& config : configs) {
       if (options.deadline.Expired()) break;
-      runs.Run(run, WithTraining(model, config), fixed, nullptr);
+      runs.Run(run, WithTraining(problem, config), fixed, nullptr);
     }
   }
   // A search cut short is never worse than the best baseline it scored.
@@ -215,7 +216,7 @@ Result<StrategyResult> SearchTraining(const CostModel& model, const std::string&
   if (results.empty()) {
     if (runs.first_error) return std::unexpected(*runs.first_error);
     if (options.deadline.CutShort()) return NotScored(name, options.deadline);
-    return Infeasible(ExplainInfeasible(model, options));
+    return Infeasible(ExplainInfeasible(problem, options));
   }
   size_t best = 0;  // the first of the best, as the stable sort below keeps it
   for (size_t index = 1; index < results.size(); ++index)

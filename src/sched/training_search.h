@@ -37,24 +37,24 @@ struct TrainingConfig {
 // order: the least memory first (ZeRO 3 before 2, 1, 0; full recompute before selective, none).
 std::vector<TrainingConfig> TrainingConfigs(const Workload& workload,
                                             const ScheduleOptions& options);
-// `model` with the workload's ZeRO stage and recompute policy replaced.
-CostModel WithTraining(const CostModel& model, const TrainingConfig& config);
+// `problem` with the workload's ZeRO stage and recompute policy replaced.
+Problem WithTraining(const Problem& problem, const TrainingConfig& config);
 
 // The aggregate-compute bound (CostModel::IdealIterationSeconds) of the least work the options
 // allow: without recompute when the recompute policy is auto.
-double IdealIterationSeconds(const CostModel& model, const ScheduleOptions& options);
+double IdealIterationSeconds(const Problem& problem, const ScheduleOptions& options);
 
-// One strategy at the model's fixed settings. `baselines`: AllBaselines of that model when the
+// One strategy at the problem's fixed settings. `baselines`: AllBaselines of that problem when the
 // caller has already scored them (null: not scored yet).
 using FixedStrategy = std::function<Result<StrategyResult>(
-    const CostModel&, const ScheduleOptions&, const std::vector<StrategyResult>* baselines)>;
+    const Problem&, const ScheduleOptions&, const std::vector<StrategyResult>* baselines)>;
 
 // The best result of `run` over the open configurations, with options_considered: its own rows
 // first, then the best plan of each other configuration tried (best first). options.candidates,
 // when set, gets the candidate table of the configuration chosen. When no
-// configuration of a search gives a plan: kInfeasible explained by ExplainInfeasible(model,
+// configuration of a search gives a plan: kInfeasible explained by ExplainInfeasible(problem,
 // options), or the first other error.
-Result<StrategyResult> SearchTraining(const CostModel& model, const std::string& name,
+Result<StrategyResult> SearchTraining(const Problem& problem, const std::string& name,
                                       const ScheduleOptions& options, const FixedStrategy& run);
 
 }  // namespace hexiseq

@@ -208,123 +208,145 @@ void FillReplicas(const std::vector<ReplicaRun>& replicas, const LayerRun& layer
   }
 }
 
-}  // namespace
+// The explicit layers of every replica, run together on one engine.
+struct LayersPhase {
+  std::vector<ReplicaRun> replicas;
+  std::vector<int> replica_of;       // per rank: its replica (-1: left out)
+  std::vector<double> head_seconds;  // per rank: LM head forward + backward, one sequence
+  int segments = 0;
+  LayerRun run;
+};
 
-Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOptions& options) {
-  if (auto valid = Validate(plan, cost.cluster(), cost.model()); !valid)
-    return std::unexpected(valid.error());
-  const ModelSpec& model = cost.model();
-  const Workload& workload = cost.workload();
-  if (auto checked = CheckOptions(options, model); !checked)
-    return std::unexpected(checked.error());
-
+LayersPhase SimulateLayers(const Plan& plan, const CostModel& cost, const SimOptions& options,
+                           const EngineOptions& engine_options) {
   const Cluster& cluster = cost.cluster();
-  const int num_ranks = cluster.num_ranks();
-  EngineOptions engine_options;
-  engine_options.nics_per_node = options.nics_per_node;
-
-  // The explicit layers of every replica.
-  const std::vector<ReplicaRun> replicas = SplitReplicas(plan, workload);
-  std::vector<int> replica_of(num_ranks, -1);
-  for (size_t replica = 0; replica < replicas.size(); ++replica)
-    for (int rank : replicas[replica].ranks) replica_of[rank] = static_cast<int>(replica);
+  LayersPhase out;
+  out.replicas = SplitReplicas(plan, cost.workload());
+  out.replica_of.assign(cluster.num_ranks(), -1);
+  for (size_t replica = 0; replica < out.replicas.size(); ++replica)
+    for (int rank : out.replicas[replica].ranks) out.replica_of[rank] = static_cast<int>(replica);
   GraphOptions graph_options;
   graph_options.explicit_layers = options.explicit_layers;
   graph_options.dkv_route = options.dkv_route;
   std::vector<std::unique_ptr<LayerGraphBuilder>> builders;
-  std::vector<double> head_seconds(num_ranks, 0);
-  int segments = 0;
-  for (const ReplicaRun& replica : replicas) {
+  out.head_seconds.assign(cluster.num_ranks(), 0);
+  for (const ReplicaRun& replica : out.replicas) {
     builders.push_back(std::make_unique<LayerGraphBuilder>(replica.plan, cost, graph_options));
     const LayerGraph summary = builders.back()->Summary();
-    for (int rank : replica.ranks) head_seconds[rank] = summary.head_seconds[rank];
-    segments = std::max(segments, summary.num_segments);
+    for (int rank : replica.ranks) out.head_seconds[rank] = summary.head_seconds[rank];
+    out.segments = std::max(out.segments, summary.num_segments);
   }
-  LayerRun layer_run =
-      RunLayers(builders, replica_of, cluster, engine_options, options.keep_timeline);
+  out.run = RunLayers(builders, out.replica_of, cluster, engine_options, options.keep_timeline);
+  return out;
+}
 
-  // One gradient bucket over the participating ranks.
-  const std::vector<int> participants = ParticipatingRanks(plan);
-  Engine sync_engine(cluster, engine_options);
-  BuildGradSyncGraph(cost, participants, sync_engine);
-  EngineResult sync_run = sync_engine.Run();
-
-  SimResult out;
-  FillReplicas(replicas, layer_run, head_seconds, out);
+// The iteration from the slowest replica's busy time and the gradient sync: one simulated pass
+// of one bucket, GradSyncPasses() of them per bucket (all-gathers mirror it); ZeRO-3 gathers
+// weights and reduce-scatters gradients for every sequence (every participant takes part in each
+// round, so the replica with the most sequences sets the rounds); lower stages accumulate locally
+// and synchronise once per iteration (as the cost model). Returns the sync rounds.
+double FillIteration(const CostModel& cost, const EngineResult& sync_run, size_t participants,
+                     SimResult& out) {
   const SimReplica& slowest = out.replicas[out.slowest_replica];
   out.layer_seconds = slowest.layer_seconds;
   out.head_seconds = slowest.head_seconds;
-  const double busy = slowest.busy_seconds;
-  // One simulated pass; a bucket makes GradSyncPasses() of them (all-gathers mirror it).
-  const int sync_passes = cost.GradSyncPasses();
-  out.grad_bucket_seconds = sync_passes * Seconds(sync_run.makespan_ns);
-  // ZeRO-3 gathers weights and reduce-scatters gradients for every sequence (every participant
-  // takes part in each round, so the replica with the most sequences sets the rounds); lower
-  // stages accumulate locally and synchronise once per iteration (as the cost model).
-  int most_sequences = 0;
-  for (const SimReplica& replica : out.replicas)
+  out.grad_bucket_seconds = cost.GradSyncPasses() * Seconds(sync_run.makespan_ns);
+  int most_sequences = 0, total_sequences = 0;
+  for (const SimReplica& replica : out.replicas) {
     most_sequences = std::max(most_sequences, replica.sequences);
-  const double sync_rounds = workload.zero_stage >= 3 ? most_sequences : 1.0;
-  out.grad_sync_total_seconds = sync_rounds * model.layers * out.grad_bucket_seconds;
-  out.grad_sync_exposed_seconds =
-      std::max(out.grad_bucket_seconds, out.grad_sync_total_seconds - busy);
-  if (participants.size() <= 1) out.grad_sync_exposed_seconds = 0;
-  out.iteration_seconds = busy + out.grad_sync_exposed_seconds;
-  int total_sequences = 0;
-  for (const SimReplica& replica : out.replicas) total_sequences += replica.sequences;
-  out.tokens_per_second =
-      total_sequences * static_cast<double>(workload.seq_len) / out.iteration_seconds;
-  out.events = layer_run.events + sync_run.events;
-  out.segments = segments;
-  out.messages = layer_run.messages;
-  out.compute_ops = layer_run.compute_ops;
-  for (const Op& op : sync_engine.ops())
-    if (op.kind == OpKind::kMessage) ++out.messages;
-  out.left_out = plan.left_out;
-
-  const PlanCost predicted = cost.Evaluate(plan);
-  out.feasible = predicted.feasible;
-  out.infeasible_reason = predicted.infeasible_reason;
-
-  for (int rank = 0; rank < num_ranks; ++rank) {
-    SimRank r;
-    r.rank = rank;
-    r.device = cluster.device(rank).name;
-    r.replica = replica_of[rank];
-    r.idle_seconds = out.iteration_seconds;
-    if (r.replica >= 0) {
-      const double sequences = out.replicas[r.replica].sequences;
-      r.active = head_seconds[rank] > 0 || layer_run.active[rank];
-      const LayersRankStats& ls = layer_run.ranks[rank];
-      const RankStats& ss = sync_run.ranks[rank];
-      r.busy_seconds = sequences * (ls.busy_seconds + head_seconds[rank]);
-      r.idle_seconds = std::max(0.0, out.iteration_seconds - r.busy_seconds);
-      const double sync_comm = sync_rounds * model.layers * sync_passes * Seconds(ss.comm_ns);
-      r.comm_seconds = sequences * ls.comm_seconds + sync_comm;
-      r.exposed_comm_seconds =
-          sequences * ls.comm_exposed_seconds + std::min(out.grad_sync_exposed_seconds, sync_comm);
-    }
-    out.ranks.push_back(r);
+    total_sequences += replica.sequences;
   }
+  const double sync_rounds = cost.workload().zero_stage >= 3 ? most_sequences : 1.0;
+  out.grad_sync_total_seconds = sync_rounds * cost.model().layers * out.grad_bucket_seconds;
+  out.grad_sync_exposed_seconds =
+      std::max(out.grad_bucket_seconds, out.grad_sync_total_seconds - slowest.busy_seconds);
+  if (participants <= 1) out.grad_sync_exposed_seconds = 0;
+  out.iteration_seconds = slowest.busy_seconds + out.grad_sync_exposed_seconds;
+  out.tokens_per_second =
+      total_sequences * static_cast<double>(cost.workload().seq_len) / out.iteration_seconds;
+  return sync_rounds;
+}
 
-  // Terms against the cost model (which also charges the slowest replica's phases).
-  const PassTerms terms = TermsOfPasses(layer_run.passes[out.slowest_replica]);
-  const double per_iteration = slowest.sequences;
+// Per-rank busy, idle and communication seconds per iteration.
+void FillRanks(const CostModel& cost, const LayersPhase& layers, const EngineResult& sync_run,
+               double sync_rounds, SimResult& out) {
+  const Cluster& cluster = cost.cluster();
+  const double sync_layers = sync_rounds * cost.model().layers * cost.GradSyncPasses();
+  for (int rank = 0; rank < cluster.num_ranks(); ++rank) {
+    SimRank row;
+    row.rank = rank;
+    row.device = cluster.device(rank).name;
+    row.replica = layers.replica_of[rank];
+    row.idle_seconds = out.iteration_seconds;
+    if (row.replica >= 0) {
+      const double sequences = out.replicas[row.replica].sequences;
+      row.active = layers.head_seconds[rank] > 0 || layers.run.active[rank];
+      const LayersRankStats& layer_stats = layers.run.ranks[rank];
+      row.busy_seconds = sequences * (layer_stats.busy_seconds + layers.head_seconds[rank]);
+      row.idle_seconds = std::max(0.0, out.iteration_seconds - row.busy_seconds);
+      const double sync_comm = sync_layers * Seconds(sync_run.ranks[rank].comm_ns);
+      row.comm_seconds = sequences * layer_stats.comm_seconds + sync_comm;
+      row.exposed_comm_seconds = sequences * layer_stats.comm_exposed_seconds +
+                                 std::min(out.grad_sync_exposed_seconds, sync_comm);
+    }
+    out.ranks.push_back(row);
+  }
+}
+
+// The terms against the cost model's (which also charges the slowest replica's phases).
+void FillTerms(const PlanCost& predicted, const LayerRun& run, SimResult& out) {
+  const PassTerms terms = TermsOfPasses(run.passes[out.slowest_replica]);
+  const double per_iteration = out.replicas[out.slowest_replica].sequences;
   out.terms = {
       {"local (linear + all-to-all)", predicted.local_seconds, per_iteration * terms.local},
       {"ring attention", predicted.ring_seconds, per_iteration * terms.ring},
       {"recompute", predicted.recompute_seconds, per_iteration * terms.recompute},
-      {"LM head", predicted.head_seconds, slowest.sequences * out.head_seconds},
+      {"LM head", predicted.head_seconds, per_iteration * out.head_seconds},
       {"gradient sync (exposed)", predicted.grad_sync_seconds, out.grad_sync_exposed_seconds},
   };
+}
+
+}  // namespace
+
+Result<SimResult> Simulate(const Plan& plan, const Problem& problem, const SimOptions& options) {
+  const CostModel cost(problem);
+  if (auto valid = Validate(plan, problem.cluster, problem.model); !valid)
+    return std::unexpected(valid.error());
+  if (auto checked = CheckOptions(options, problem.model); !checked)
+    return std::unexpected(checked.error());
+  EngineOptions engine_options;
+  engine_options.nics_per_node = options.nics_per_node;
+
+  LayersPhase layers = SimulateLayers(plan, cost, options, engine_options);
+  // One gradient bucket over the participating ranks.
+  const std::vector<int> participants = ParticipatingRanks(plan);
+  Engine sync_engine(problem.cluster, engine_options);
+  BuildGradSyncGraph(cost, participants, sync_engine);
+  EngineResult sync_run = sync_engine.Run();
+
+  SimResult out;
+  FillReplicas(layers.replicas, layers.run, layers.head_seconds, out);
+  const double sync_rounds = FillIteration(cost, sync_run, participants.size(), out);
+  out.events = layers.run.events + sync_run.events;
+  out.segments = layers.segments;
+  out.messages = layers.run.messages;
+  out.compute_ops = layers.run.compute_ops;
+  for (const Op& op : sync_engine.ops())
+    if (op.kind == OpKind::kMessage) ++out.messages;
+  out.left_out = plan.left_out;
+  const PlanCost predicted = cost.Evaluate(plan);
+  out.feasible = predicted.feasible;
+  out.infeasible_reason = predicted.infeasible_reason;
+  FillRanks(cost, layers, sync_run, sync_rounds, out);
+  FillTerms(predicted, layers.run, out);
 
   if (options.keep_timeline) {
-    out.timeline.layer_ops = std::move(layer_run.ops);
-    out.timeline.layer_timings = std::move(layer_run.timings);
+    out.timeline.layer_ops = std::move(layers.run.ops);
+    out.timeline.layer_timings = std::move(layers.run.timings);
     out.timeline.sync_ops = sync_engine.ops();
     out.timeline.sync_timings = std::move(sync_run.timings);
-    out.timeline.head_seconds = head_seconds;
-    out.timeline.layer_makespan_ns = layer_run.makespan_ns;
+    out.timeline.head_seconds = layers.head_seconds;
+    out.timeline.layer_makespan_ns = layers.run.makespan_ns;
   }
   return out;
 }

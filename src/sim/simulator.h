@@ -102,9 +102,10 @@ struct SimResult {
   Timeline timeline;                 // when keep_timeline
 };
 
-// REQUIRES nothing of the plan: it is validated first (kInvalidArgument with Validate's message).
-// Options out of range give kInvalidArgument.
-Result<SimResult> Simulate(const Plan& plan, const CostModel& cost, const SimOptions& options = {});
+// REQUIRES: ValidateProblem(problem) succeeded. Nothing of the plan: it is validated first
+// (kInvalidArgument with Validate's message). Options out of range give kInvalidArgument.
+Result<SimResult> Simulate(const Plan& plan, const Problem& problem,
+                           const SimOptions& options = {});
 
 // The term whose simulated and modelled values differ most (absolute seconds).
 const SimTerm* LargestDisagreement(const SimResult& result);

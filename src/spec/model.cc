@@ -120,18 +120,14 @@ Result<void> ReadTrainingReals(const std::vector<std::pair<std::string, YAML::No
   return {};
 }
 
-Result<ModelSpec> ParseModelRoot(const YAML::Node& root, const std::string& file) {
-  auto entries = spec_internal::CheckedEntries(root, file + ":", kModelKeys, "a model file");
-  if (!entries) return std::unexpected(entries.error());
-  auto field = [&file](const std::string& key) { return file + ": " + key; };
+using Entries = std::vector<std::pair<std::string, YAML::Node>>;
+
+// layers, hidden, heads, kv_heads, ffn_hidden and vocab: present, whole, within bounds.
+Result<void> ReadRequiredInts(const Entries& entries, const std::string& file, ModelSpec& spec) {
   const std::string required_rule =
       "a model file gives layers, hidden, heads, kv_heads, ffn_hidden and vocab, each a whole "
       "number >= 1";
   const std::string example = "see examples/models/tiny.yaml";
-
-  ModelSpec spec;
-  spec.name = spec_internal::FileStem(file);
-  spec.source = file;
   struct IntField {
     const char* key;
     int* target;
@@ -147,27 +143,36 @@ Result<ModelSpec> ParseModelRoot(const YAML::Node& root, const std::string& file
            IntField{"ffn_hidden", &spec.ffn_hidden, "write ffn_hidden: 14336", kMaxModelWidth},
            IntField{"vocab", &spec.vocab, "write vocab: 128256", kMaxModelWidth},
        }) {
-    const YAML::Node node = spec_internal::Get(*entries, required.key);
+    const std::string where = file + ": " + required.key;
+    const YAML::Node node = spec_internal::Get(entries, required.key);
     if (!node.IsDefined()) {
-      return InvalidArgument(FieldMessage(field(required.key), "", "missing", required_rule,
+      return InvalidArgument(FieldMessage(where, "", "missing", required_rule,
                                           std::string(required.hint) + "; " + example));
     }
-    auto value = spec_internal::ReadInt(node, field(required.key), 1, required.max,
+    auto value = spec_internal::ReadInt(node, where, 1, required.max,
                                         required_rule + " (bounds: docs/limits.md)", required.hint);
     if (!value) return std::unexpected(value.error());
     *required.target = static_cast<int>(*value);
   }
-  if (YAML::Node node = spec_internal::Get(*entries, "head_dim"); node.IsDefined()) {
-    auto value = spec_internal::ReadInt(node, field("head_dim"), 1, kMaxHeadDim,
+  return {};
+}
+
+// head_dim as given, else hidden / heads (which must divide and stay within kMaxHeadDim).
+Result<void> ResolveHeadDim(const Entries& entries, const std::string& file, ModelSpec& spec) {
+  if (YAML::Node node = spec_internal::Get(entries, "head_dim"); node.IsDefined()) {
+    auto value = spec_internal::ReadInt(node, file + ": head_dim", 1, kMaxHeadDim,
                                         "head_dim is a whole number >= 1", "write head_dim: 128");
     if (!value) return std::unexpected(value.error());
     spec.head_dim = static_cast<int>(*value);
-  } else if (spec.hidden % spec.heads != 0) {
+    return {};
+  }
+  if (spec.hidden % spec.heads != 0) {
     return InvalidArgument(file + ": hidden = " + std::to_string(spec.hidden) +
                            ", heads = " + std::to_string(spec.heads) +
                            ": hidden is not divisible by heads and head_dim is not given "
                            "(rule: head_dim defaults to hidden / heads; hint: set head_dim)");
-  } else if (spec.hidden / spec.heads > kMaxHeadDim) {
+  }
+  if (spec.hidden / spec.heads > kMaxHeadDim) {
     return InvalidArgument(file + ": hidden = " + std::to_string(spec.hidden) +
                            ", heads = " + std::to_string(spec.heads) + ": head_dim = hidden / " +
                            "heads = " + std::to_string(spec.hidden / spec.heads) + " is above " +
@@ -175,42 +180,69 @@ Result<ModelSpec> ParseModelRoot(const YAML::Node& root, const std::string& file
                            " (rule: head_dim defaults to hidden / heads and is at most " +
                            std::to_string(kMaxHeadDim) +
                            ", docs/limits.md; hint: check hidden and heads, or set head_dim)");
-  } else {
-    spec.head_dim = spec.hidden / spec.heads;
   }
-  if (spec.heads % spec.kv_heads != 0) {
-    std::vector<std::string> divisors;
-    for (int candidate = 1; candidate <= spec.heads; ++candidate) {
-      if (spec.heads % candidate == 0) divisors.push_back(std::to_string(candidate));
-    }
-    return InvalidArgument(file + ": heads = " + std::to_string(spec.heads) +
-                           ", kv_heads = " + std::to_string(spec.kv_heads) +
-                           ": heads must be divisible by kv_heads (rule: grouped-query "
-                           "attention shares each KV head among heads / kv_heads query heads; "
-                           "hint: kv_heads must divide " +
-                           std::to_string(spec.heads) + ": use " + JoinList(divisors, "or") + ")");
+  spec.head_dim = spec.hidden / spec.heads;
+  return {};
+}
+
+Result<void> CheckKvHeadsDivide(const std::string& file, const ModelSpec& spec) {
+  if (spec.heads % spec.kv_heads == 0) return {};
+  std::vector<std::string> divisors;
+  for (int candidate = 1; candidate <= spec.heads; ++candidate) {
+    if (spec.heads % candidate == 0) divisors.push_back(std::to_string(candidate));
   }
-  if (YAML::Node node = spec_internal::Get(*entries, "gated_mlp"); node.IsDefined()) {
-    auto value = spec_internal::ReadBool(node, field("gated_mlp"),
+  return InvalidArgument(file + ": heads = " + std::to_string(spec.heads) +
+                         ", kv_heads = " + std::to_string(spec.kv_heads) +
+                         ": heads must be divisible by kv_heads (rule: grouped-query "
+                         "attention shares each KV head among heads / kv_heads query heads; "
+                         "hint: kv_heads must divide " +
+                         std::to_string(spec.heads) + ": use " + JoinList(divisors, "or") + ")");
+}
+
+// gated_mlp and tied_embeddings, where given.
+Result<void> ReadMlpFlags(const Entries& entries, const std::string& file, ModelSpec& spec) {
+  if (YAML::Node node = spec_internal::Get(entries, "gated_mlp"); node.IsDefined()) {
+    auto value = spec_internal::ReadBool(node, file + ": gated_mlp",
                                          "true for a SwiGLU MLP (3 matrices), false for GELU (2)");
     if (!value) return std::unexpected(value.error());
     spec.gated_mlp = *value;
   }
-  if (YAML::Node node = spec_internal::Get(*entries, "tied_embeddings"); node.IsDefined()) {
-    auto value = spec_internal::ReadBool(node, field("tied_embeddings"),
+  if (YAML::Node node = spec_internal::Get(entries, "tied_embeddings"); node.IsDefined()) {
+    auto value = spec_internal::ReadBool(node, file + ": tied_embeddings",
                                          "true when the output head shares the input embedding");
     if (!value) return std::unexpected(value.error());
     spec.tied_embeddings = *value;
   }
-  auto reals = ReadTrainingReals(*entries, file, spec);
-  if (!reals) return std::unexpected(reals.error());
+  return {};
+}
+
+// name and source, where given (free text).
+Result<void> ReadNameAndSource(const Entries& entries, const std::string& file, ModelSpec& spec) {
   for (const char* key : {"name", "source"}) {
-    const YAML::Node node = spec_internal::Get(*entries, key);
+    const YAML::Node node = spec_internal::Get(entries, key);
     if (!node.IsDefined()) continue;
-    auto text = spec_internal::ScalarText(node, field(key), "free text", "quote it");
+    auto text = spec_internal::ScalarText(node, file + ": " + key, "free text", "quote it");
     if (!text) return std::unexpected(text.error());
     (std::string(key) == "name" ? spec.name : spec.source) = *text;
   }
+  return {};
+}
+
+Result<ModelSpec> ParseModelRoot(const YAML::Node& root, const std::string& file) {
+  auto entries = spec_internal::CheckedEntries(root, file + ":", kModelKeys, "a model file");
+  if (!entries) return std::unexpected(entries.error());
+  ModelSpec spec;
+  spec.name = spec_internal::FileStem(file);
+  spec.source = file;
+  if (auto step = ReadRequiredInts(*entries, file, spec); !step)
+    return std::unexpected(step.error());
+  if (auto step = ResolveHeadDim(*entries, file, spec); !step) return std::unexpected(step.error());
+  if (auto step = CheckKvHeadsDivide(file, spec); !step) return std::unexpected(step.error());
+  if (auto step = ReadMlpFlags(*entries, file, spec); !step) return std::unexpected(step.error());
+  if (auto step = ReadTrainingReals(*entries, file, spec); !step)
+    return std::unexpected(step.error());
+  if (auto step = ReadNameAndSource(*entries, file, spec); !step)
+    return std::unexpected(step.error());
   return spec;
 }
 

@@ -68,6 +68,25 @@ Plan RingPlan(int n, int64_t seq, const ModelSpec& model) {
   return p;
 }
 
+TEST(CostModel, IsOneFunctionOfTheProblemAndThePlan) {
+  const ModelSpec model = Llama8b();
+  const Cluster cluster =
+      MakeCluster({Device("X", 1000, 0.8, 0.6), Device("Y", 300, 0.7, 0.5)}, {1, 1}, 4, 25e9);
+  Workload w;
+  w.seq_len = 65536;
+  const Problem problem{cluster, model, w};
+  Plan plan = RingPlan(8, w.seq_len, model);
+  for (PlanGroup& group : plan.groups)
+    for (PlanMember& member : group.members) member.node = cluster.ranks[member.rank].node;
+  ASSERT_TRUE(Validate(plan, cluster, model)) << Validate(plan, cluster, model).error().message;
+  const PlanCost direct = Evaluate(problem, plan);
+  const PlanCost held = CostModel(cluster, model, w).Evaluate(plan);
+  EXPECT_EQ(direct.iteration_seconds, held.iteration_seconds);
+  EXPECT_GT(direct.iteration_seconds, 0);
+  EXPECT_EQ(CostModel(problem).problem(), problem);
+  EXPECT_EQ(CostModel(problem).InputHash(), InputHash(problem));
+}
+
 TEST(CostModel, HomogeneousRingMatchesTextbookFlops) {
   const ModelSpec model = Llama8b();
   const Cluster cluster = MakeCluster({Device("X", 1000, 0.8, 0.6)}, {1}, 8, 0);

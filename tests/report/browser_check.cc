@@ -117,7 +117,7 @@ class Browser : public ::testing::Test {
     auto model = LoadModel("llama3-8b");
     ASSERT_TRUE(model.has_value());
     const auto cost = reporttest::Model(*cluster, *model, 256 << 10);
-    auto data = BuildReport(*cost, std::nullopt);
+    auto data = BuildReport(cost->problem(), std::nullopt);
     ASSERT_TRUE(data.has_value()) << data.error().message;
     ASSERT_TRUE(data->plan.has_value());
     for (const PlanGroup& group : data->plan->groups)

@@ -152,7 +152,7 @@ TEST_F(TwoGroups, UnitsAreRanksWithDistinctColours) {
 
 TEST_F(TwoGroups, ReportHasEverySectionAndTimeline) {
   const auto model = reporttest::Model(cluster_, reporttest::Tiny(), 100);
-  auto data = BuildReport(*model, plan_);
+  auto data = BuildReport(model->problem(), plan_);
   ASSERT_TRUE(data.has_value()) << data.error().message;
   ASSERT_TRUE(data->simulation.has_value()) << data->simulation_error;
   const std::string html = ReportHtml(*data);
@@ -184,7 +184,7 @@ TEST(Report, UserStringsAreEscapedEverywhere) {
   ModelSpec model = reporttest::Tiny();
   model.name = "<script>alert(1)</script>";
   const auto cost = reporttest::Model(cluster, model, 100);
-  auto data = BuildReport(*cost, std::nullopt);
+  auto data = BuildReport(cost->problem(), std::nullopt);
   ASSERT_TRUE(data.has_value()) << data.error().message;
   const std::string html = ReportHtml(*data);
   EXPECT_EQ(html.find(evil), std::string::npos);
@@ -198,7 +198,7 @@ TEST(Report, GivenPlanMustValidate) {
   const auto model = reporttest::Model(cluster, reporttest::Tiny(), 100);
   Plan plan = reporttest::TwoGroupPlan();
   plan.groups[1].members[1].heads = {};  // head 3 missing in group 1
-  auto data = BuildReport(*model, plan);
+  auto data = BuildReport(model->problem(), plan);
   ASSERT_FALSE(data.has_value());
   EXPECT_EQ(data.error().code, ErrorCode::kInvalidArgument);
   EXPECT_NE(data.error().message.find("head"), std::string::npos) << data.error().message;
@@ -209,7 +209,7 @@ TEST(Report, InfeasibleWorkloadExplainsAndDrawsNoPlan) {
   auto model = LoadModel("llama3-70b");
   ASSERT_TRUE(model.has_value());
   const auto cost = reporttest::Model(cluster, *model, 1 << 20);
-  auto data = BuildReport(*cost, std::nullopt);
+  auto data = BuildReport(cost->problem(), std::nullopt);
   ASSERT_TRUE(data.has_value()) << data.error().message;
   EXPECT_FALSE(data->plan.has_value());
   EXPECT_NE(data->no_plan_reason.find("rank 0"), std::string::npos) << data->no_plan_reason;
@@ -230,10 +230,10 @@ TEST(Report, GivenPlanThatDoesNotFitIsDrawnAndFlagged) {
   auto model = LoadModel("llama3-70b");
   ASSERT_TRUE(model.has_value());
   const auto cost = reporttest::Model(cluster, *model, 1 << 20);
-  const StrategyResult ring = RingBaseline(*cost);
+  const StrategyResult ring = RingBaseline(cost->problem());
   ASSERT_TRUE(ring.applicable);
   ASSERT_FALSE(ring.cost.feasible) << "4 GPUs cannot hold llama3-70b at 1M tokens";
-  auto data = BuildReport(*cost, ring.plan, {.simulate = SimulatePolicy::kNever});
+  auto data = BuildReport(cost->problem(), ring.plan, {.simulate = SimulatePolicy::kNever});
   ASSERT_TRUE(data.has_value()) << data.error().message;
   const std::string html = ReportHtml(*data);
   EXPECT_NE(html.find("This plan does not fit memory."), std::string::npos);
@@ -252,7 +252,7 @@ TEST(Report, GivenPlanThatDoesNotFitIsDrawnAndFlagged) {
 TEST(Report, OneGpuHasOneCellColour) {
   const Cluster cluster = reporttest::OneGpu();
   const auto cost = reporttest::Model(cluster, reporttest::Tiny(), 4096);
-  auto data = BuildReport(*cost, std::nullopt);
+  auto data = BuildReport(cost->problem(), std::nullopt);
   ASSERT_TRUE(data.has_value()) << data.error().message;
   ASSERT_TRUE(data->plan.has_value()) << data->no_plan_reason;
   const std::string svg = *FigureSvg(*data, Figure::kPlanMap);
@@ -294,7 +294,7 @@ TEST(Report, LargeClusterIsBoundedAndFast) {
   ASSERT_TRUE(model.has_value());
   const auto cost = reporttest::Model(cluster, *model, 1 << 20);
   const auto start = std::chrono::steady_clock::now();
-  auto data = BuildReport(*cost, std::nullopt);
+  auto data = BuildReport(cost->problem(), std::nullopt);
   ASSERT_TRUE(data.has_value()) << data.error().message;
   const std::string html = ReportHtml(*data);
   const double seconds =
@@ -340,7 +340,7 @@ TEST(Report, EveryExampleCluster) {
     auto cluster = LoadCluster(file, DeviceCatalog());
     ASSERT_TRUE(cluster.has_value()) << cluster.error().message;
     const auto cost = reporttest::Model(*cluster, *model, 64 << 10);
-    auto data = BuildReport(*cost, std::nullopt);
+    auto data = BuildReport(cost->problem(), std::nullopt);
     ASSERT_TRUE(data.has_value()) << data.error().message;
     ASSERT_TRUE(data->plan.has_value()) << data->no_plan_reason;
     ASSERT_TRUE(data->simulation.has_value()) << data->simulation_error;

@@ -153,7 +153,7 @@ class TwoReplicaReport : public ::testing::Test {
   void SetUp() override {
     ReportOptions options;
     options.simulate = SimulatePolicy::kNever;
-    auto data = BuildReport(model_, plan_, options);
+    auto data = BuildReport(model_.problem(), plan_, options);
     ASSERT_TRUE(data.has_value()) << data.error().message;
     data_ = *data;
     html_ = ReportHtml(data_);

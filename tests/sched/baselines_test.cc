@@ -35,7 +35,7 @@ TEST(Baselines, EveryStrategyValidOnRandomClusters) {
     Workload w;
     w.seq_len = std::uniform_int_distribution<int64_t>(1000, 300000)(rng);
     const CostModel cm(cluster, *model, w);
-    std::vector<StrategyResult> all = AllBaselines(cm);
+    std::vector<StrategyResult> all = AllBaselines(cm.problem());
     all.push_back(ProportionalPlan(cm));
     for (const StrategyResult& r : all) {
       if (!r.applicable) continue;
@@ -98,7 +98,7 @@ TEST(Baselines, UlyssesNotApplicableWhenHeadsDoNotDivide) {
   auto model = LoadModel("llama3-8b");
   Workload w;
   w.seq_len = 65536;
-  const StrategyResult r = UlyssesBaseline(CostModel(cluster, *model, w));
+  const StrategyResult r = UlyssesBaseline(Problem{cluster, *model, w});
   EXPECT_FALSE(r.applicable);
   EXPECT_NE(r.reason.find("32 heads do not divide over 24 ranks"), std::string::npos) << r.reason;
 }
@@ -110,7 +110,7 @@ TEST(Baselines, SubsetLeavesSlowTypesOut) {
   auto model = LoadModel("llama3-8b");
   Workload w;
   w.seq_len = 65536;
-  const StrategyResult r = SubsetBaseline(CostModel(cluster, *model, w));
+  const StrategyResult r = SubsetBaseline(Problem{cluster, *model, w});
   ASSERT_TRUE(r.applicable);
   EXPECT_EQ(r.plan.left_out, (std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15}));  // the L4s
   for (const PlanGroup& group : r.plan.groups) EXPECT_GT(TotalTokens(group.tokens), 0);

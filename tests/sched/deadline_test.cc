@@ -65,13 +65,13 @@ TEST(Deadline, BaselinesStartedAfterItAreNotScored) {
       MakeCluster({Device("H100-SXM"), Device("A100-SXM-80G")}, {1, 1}, 4, 25e9);
   const CostModel model(cluster, Model("llama3-8b"), Work(65536));
   const Deadline deadline = Passed();
-  for (const StrategyResult& result : AllBaselines(model, deadline)) {
+  for (const StrategyResult& result : AllBaselines(model.problem(), deadline)) {
     EXPECT_TRUE(result.timed_out) << result.strategy;
     EXPECT_FALSE(result.applicable);
     EXPECT_NE(result.reason.find("not scored: the time limit of 1e-06 s"), std::string::npos);
   }
   // Without a deadline the same baselines are scored.
-  for (const StrategyResult& result : AllBaselines(model)) EXPECT_FALSE(result.timed_out);
+  for (const StrategyResult& result : AllBaselines(model.problem())) EXPECT_FALSE(result.timed_out);
 }
 
 TEST(Deadline, ComparisonSaysWhichStrategiesWereNotScored) {
@@ -79,20 +79,20 @@ TEST(Deadline, ComparisonSaysWhichStrategiesWereNotScored) {
   const CostModel model(cluster, Model("llama3-8b"), Work(65536));
   ScheduleOptions options;
   options.deadline = Passed();
-  auto comparison = CompareStrategies(model, options);
+  auto comparison = CompareStrategies(model.problem(), options);
   ASSERT_TRUE(comparison);
   EXPECT_TRUE(comparison->time_limit_reached);
   for (const StrategyResult& result : comparison->results)
     EXPECT_TRUE(result.timed_out) << result.strategy;
   // The scheduler itself always scores its first candidate: a valid plan, marked as cut short.
-  auto scheduled = PlanStrategy(model, "hexiseq", options);
+  auto scheduled = PlanStrategy(model.problem(), "hexiseq", options);
   ASSERT_TRUE(scheduled) << scheduled.error().message;
   EXPECT_TRUE(Validate(scheduled->plan, cluster, model.model()));
   EXPECT_TRUE(scheduled->plan.time_limit_reached);
   // Under --zero/--recompute auto the screen of training settings comes first; stopped before
   // it scored anything, there is no plan, and the error says why.
   options.zero_auto = options.recompute_auto = true;
-  auto screened = PlanStrategy(model, "hexiseq", options);
+  auto screened = PlanStrategy(model.problem(), "hexiseq", options);
   ASSERT_FALSE(screened);
   EXPECT_NE(screened.error().message.find("no plan was found within the time limit"),
             std::string::npos)
@@ -102,9 +102,9 @@ TEST(Deadline, ComparisonSaysWhichStrategiesWereNotScored) {
 TEST(Deadline, InfeasibilityExplanationStopsAtTheDeadline) {
   const Cluster cluster = MakeCluster({Device("A100-40G")}, {1}, 8, 25e9);
   const CostModel model(cluster, Model("llama3-8b"), Work(int64_t{128} << 10, Recompute::kNone));
-  const std::string full = ExplainInfeasible(model);
+  const std::string full = ExplainInfeasible(model.problem());
   EXPECT_NE(full.find("with --recompute full it fits"), std::string::npos) << full;
-  const std::string cut = ExplainInfeasible(model, Passed());
+  const std::string cut = ExplainInfeasible(model.problem(), Passed());
   EXPECT_NE(cut.find("infeasible: no plan fits memory"), std::string::npos) << cut;
   EXPECT_NE(cut.find("the time limit was reached before the smallest change"), std::string::npos)
       << cut;

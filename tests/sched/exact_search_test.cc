@@ -494,7 +494,7 @@ TEST(ExactSearch, SchedulerOnTheGridNeverBeatsTheDomainOptimum) {
     w.batch = 1 + static_cast<int>(rng() % 4);
     w.zero_stage = 1 + static_cast<int>(rng() % 3);
     CostModel model(cluster, sched_test::Model(models[rng() % 4]), w);
-    auto scheduled = Schedule(model);
+    auto scheduled = Schedule(model.problem());
     const auto domain = ExactTrainingOptimum(model, {}, kTestGrid);
     if (!scheduled || !domain.found || !domain.best.feasible()) continue;
     const PlanCost snapped = SnappedScheduler(model, scheduled->plan, kTestGrid);
@@ -520,8 +520,8 @@ TEST(ExactSearch, ExactPlanValidatesAndIsDeterministic) {
     w.seq_len = 65536;
     w.batch = ranks;
     CostModel model(cluster, sched_test::Model("llama3.2-3b"), w);
-    auto exact = ExactSearch(model);
-    auto scheduled = Schedule(model);
+    auto exact = ExactSearch(model.problem());
+    auto scheduled = Schedule(model.problem());
     ASSERT_EQ(exact.has_value(), scheduled.has_value()) << ranks << " ranks";
     if (!exact) continue;
     ++compared;
@@ -532,10 +532,10 @@ TEST(ExactSearch, ExactPlanValidatesAndIsDeterministic) {
       EXPECT_LE(exact->cost.iteration_seconds, snapped.iteration_seconds);
     }
     double best_baseline = std::numeric_limits<double>::infinity();
-    for (const StrategyResult& b : AllBaselines(model))
+    for (const StrategyResult& b : AllBaselines(model.problem()))
       if (b.feasible()) best_baseline = std::min(best_baseline, b.cost.iteration_seconds);
     EXPECT_LE(exact->cost.iteration_seconds, best_baseline * (1 + 1e-12));
-    auto again = ExactSearch(model);
+    auto again = ExactSearch(model.problem());
     ASSERT_TRUE(again);
     EXPECT_EQ(PlanToJson(exact->plan), PlanToJson(again->plan)) << ranks << " ranks";
   }
@@ -547,7 +547,7 @@ TEST(ExactSearch, RefusesClustersAboveItsDomain) {
   Workload w;
   w.seq_len = 65536;
   CostModel model(cluster, sched_test::Model("llama3-8b"), w);
-  auto r = ExactSearch(model);
+  auto r = ExactSearch(model.problem());
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::kNotSupported);
   const std::string ranks = std::to_string(kExactMaxRanks + 1) + " ranks";
@@ -568,9 +568,9 @@ TEST(Determinism, ScheduleGivesByteIdenticalPlans) {
     CostModel model(cluster, sched_test::Model("llama3-8b"), w);
     ScheduleOptions one, two;
     two.threads = 2;
-    auto a = Schedule(model, one);
-    auto b = Schedule(model, one);
-    auto t = Schedule(model, two);
+    auto a = Schedule(model.problem(), one);
+    auto b = Schedule(model.problem(), one);
+    auto t = Schedule(model.problem(), two);
     ASSERT_EQ(a.has_value(), b.has_value());
     ASSERT_EQ(a.has_value(), t.has_value());
     if (!a) continue;

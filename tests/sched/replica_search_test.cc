@@ -118,12 +118,12 @@ TEST(ReplicaSearch, RandomClustersValidAndNeverBelowABaseline) {
     const CostModel model(cluster, sched_test::Model(models[trial % 2]), workload);
     ScheduleOptions options;
     options.explain_infeasible = false;
-    auto scheduled = Schedule(model, options);
+    auto scheduled = Schedule(model.problem(), options);
     if (!scheduled) continue;
     SCOPED_TRACE("trial " + std::to_string(trial) + ": " + scheduled->config);
     ExpectReplicaInvariants(*scheduled, model);
     with_replicas += NumReplicas(scheduled->plan) > 1;
-    for (const StrategyResult& baseline : AllBaselines(model)) {
+    for (const StrategyResult& baseline : AllBaselines(model.problem())) {
       if (!baseline.feasible()) continue;
       ExpectReplicaInvariants(baseline, model);
       EXPECT_LE(scheduled->cost.iteration_seconds, baseline.cost.iteration_seconds * (1 + 1e-9))
@@ -142,13 +142,13 @@ TEST(TrainingSearch, FixedSettingsAreRespected) {
   workload.recompute = Recompute::kSelective;
   const CostModel model(cluster, sched_test::Model("llama3-8b"), workload);
   for (const std::string name : {"hexiseq", "ring", "usp", "subset", "hetero-ring"}) {
-    auto result = RunStrategy(model, name, {});
+    auto result = RunStrategy(model.problem(), name, {});
     ASSERT_TRUE(result) << name << ": " << result.error().message;
     EXPECT_EQ(result->plan.zero_stage, 1) << name;
     EXPECT_EQ(result->plan.recompute, "selective") << name;
     ScheduleOptions zero_only;
     zero_only.zero_auto = true;  // the recompute policy stays fixed
-    auto zero_auto = RunStrategy(model, name, zero_only);
+    auto zero_auto = RunStrategy(model.problem(), name, zero_only);
     ASSERT_TRUE(zero_auto) << name;
     EXPECT_EQ(zero_auto->plan.recompute, "selective") << name;
   }
@@ -171,10 +171,10 @@ std::vector<PlannedCase> MixedPlans(std::mt19937_64& rng, int cases) {
     workload.zero_stage = kLeastMemoryAllReduceStage;
     workload.recompute = Recompute::kNone;
     const CostModel model(cluster, sched_test::Model("llama3-8b"), workload);
-    std::vector<StrategyResult> results = AllBaselines(model);
+    std::vector<StrategyResult> results = AllBaselines(model.problem());
     ScheduleOptions options;
     options.explain_infeasible = false;
-    if (auto scheduled = Schedule(model, options)) results.push_back(*scheduled);
+    if (auto scheduled = Schedule(model.problem(), options)) results.push_back(*scheduled);
     for (const StrategyResult& result : results)
       if (result.applicable) plans.push_back({cluster, workload, result.plan});
   }
@@ -257,7 +257,7 @@ TEST(TrainingSearch, AutoNeverWorseThanAnyFixedChoice) {
       ScheduleOptions automatic;
       automatic.zero_auto = true;
       automatic.recompute_auto = name != "hexiseq";
-      auto chosen = RunStrategy(model, name, automatic);
+      auto chosen = RunStrategy(model.problem(), name, automatic);
       ASSERT_TRUE(chosen) << chosen.error().message;
       EXPECT_GE(chosen->options_considered.size(), 2u);
       std::vector<TrainingConfig> every;  // stages 0 and 1 too, which auto does not try
@@ -266,7 +266,7 @@ TEST(TrainingSearch, AutoNeverWorseThanAnyFixedChoice) {
           if (automatic.recompute_auto || policy == workload.recompute)
             every.push_back({stage, policy});
       for (const TrainingConfig& config : every) {
-        auto fixed = RunStrategy(WithTraining(model, config), name, {});
+        auto fixed = RunStrategy(WithTraining(model.problem(), config), name, {});
         if (!fixed || !fixed->feasible()) continue;
         EXPECT_LE(chosen->cost.iteration_seconds, fixed->cost.iteration_seconds * (1 + 1e-9))
             << name << " at zero " << config.zero_stage << " recompute "
@@ -286,7 +286,7 @@ TEST(TrainingSearch, CandidateTableIsTheChosenConfigurations) {
   ScheduleOptions automatic;
   automatic.zero_auto = automatic.recompute_auto = true;
   automatic.candidates = &table;
-  auto chosen = RunStrategy(model, "hexiseq", automatic);
+  auto chosen = RunStrategy(model.problem(), "hexiseq", automatic);
   ASSERT_TRUE(chosen) << chosen.error().message;
   ASSERT_GE(chosen->options_considered.size(), 2u) << "a second configuration was searched";
   // This case is chosen at the first configuration searched (ZeRO 2, no recompute), so a fixed
@@ -296,7 +296,8 @@ TEST(TrainingSearch, CandidateTableIsTheChosenConfigurations) {
   std::vector<CandidateRecord> fixed_table;
   ScheduleOptions fixed;
   fixed.candidates = &fixed_table;
-  ASSERT_TRUE(Schedule(WithTraining(model, {kLeastMemoryAllReduceStage, Recompute::kNone}), fixed));
+  ASSERT_TRUE(Schedule(
+      WithTraining(model.problem(), {kLeastMemoryAllReduceStage, Recompute::kNone}), fixed));
   ASSERT_EQ(table.size(), fixed_table.size());
   for (size_t row = 0; row < table.size(); ++row) {
     EXPECT_EQ(table[row].name, fixed_table[row].name) << row;
@@ -314,7 +315,7 @@ TEST(TrainingSearch, OptionsNameTheAllRanksPlanAndTheRunnerUp) {
   const CostModel model(cluster, sched_test::Model("llama3-8b"), workload);
   ScheduleOptions automatic;
   automatic.zero_auto = true;
-  auto chosen = RunStrategy(model, "hexiseq", automatic);
+  auto chosen = RunStrategy(model.problem(), "hexiseq", automatic);
   ASSERT_TRUE(chosen) << chosen.error().message;
   EXPECT_EQ(chosen->plan.left_out.size(), 8u);
   const std::vector<TrainingOption>& options = chosen->options_considered;
@@ -342,16 +343,16 @@ TEST(TrainingSearch, HintUnderAutoNeverSuggestsASettingTheSearchChose) {
   const CostModel model(cluster, sched_test::Model("llama3-70b"), workload);
   ScheduleOptions automatic;
   automatic.zero_auto = automatic.recompute_auto = true;
-  const std::string hint = ExplainInfeasible(model, automatic);
+  const std::string hint = ExplainInfeasible(model.problem(), automatic);
   ASSERT_NE(hint, "");
   EXPECT_EQ(hint.find("--zero"), std::string::npos) << hint;
   EXPECT_EQ(hint.find("--recompute"), std::string::npos) << hint;
-  auto planned = PlanStrategy(model, "hexiseq", automatic);
+  auto planned = PlanStrategy(model.problem(), "hexiseq", automatic);
   ASSERT_FALSE(planned);
   EXPECT_EQ(planned.error().code, ErrorCode::kInfeasible);
   EXPECT_EQ(planned.error().message.find("--zero"), std::string::npos);
   // At fixed settings the same workload does get the hint.
-  EXPECT_NE(ExplainInfeasible(model).find("--zero 3"), std::string::npos);
+  EXPECT_NE(ExplainInfeasible(model.problem()).find("--zero 3"), std::string::npos);
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ Workload Work(int64_t seq, Recompute recompute = Recompute::kFull, int zero = 3)
 
 double BestBaselineSeconds(const CostModel& model) {
   double best = 1e300;
-  for (const StrategyResult& r : AllBaselines(model))
+  for (const StrategyResult& r : AllBaselines(model.problem()))
     if (r.feasible()) best = std::min(best, r.cost.iteration_seconds);
   return best;
 }
@@ -75,7 +75,7 @@ TEST(PlanState, IncrementalScoreMatchesFullEvaluation) {
 TEST(PlanState, LayoutRoundTripsThroughPlan) {
   Cluster cluster = MakeCluster({Device("H100-SXM"), Device("A100-SXM-80G")}, {1, 1}, 4, 25e9);
   CostModel model(cluster, Model("llama3-8b"), Work(65536));
-  const StrategyResult ring = RingBaseline(model);
+  const StrategyResult ring = RingBaseline(model.problem());
   sched_internal::Layout layout;
   ASSERT_TRUE(sched_internal::LayoutFromPlan(ring.plan, layout));
   const Plan rebuilt =
@@ -93,7 +93,7 @@ TEST(Schedule, ValidAndNeverWorseThanBaselinesOnRandomClusters) {
     const ModelSpec spec = Model(models[rng() % 5]);
     const int64_t seq = int64_t{1} << (14 + rng() % 5);
     CostModel model(cluster, spec, Work(seq));
-    auto result = Schedule(model);
+    auto result = Schedule(model.problem());
     const double baseline = BestBaselineSeconds(model);
     if (!result) {
       EXPECT_EQ(result.error().code, ErrorCode::kInfeasible);
@@ -112,7 +112,7 @@ TEST(Schedule, HomogeneousWithinOnePercentOfBestBaseline) {
   for (const char* device : {"H100-SXM", "A100-SXM-80G"}) {
     Cluster cluster = MakeCluster({Device(device)}, {4}, 8, 25e9);
     CostModel model(cluster, Model("llama3-8b"), Work(262144));
-    auto result = Schedule(model);
+    auto result = Schedule(model.problem());
     ASSERT_TRUE(result);
     const double baseline = BestBaselineSeconds(model);
     EXPECT_LE(result->cost.iteration_seconds, baseline * 1.01);
@@ -123,11 +123,11 @@ TEST(Schedule, HomogeneousWithinOnePercentOfBestBaseline) {
 TEST(Schedule, DeterministicAcrossRunsAndThreads) {
   Cluster cluster = sched_test::MixedCluster(64);
   CostModel model(cluster, Model("llama3-8b"), Work(262144));
-  auto a = Schedule(model);
-  auto b = Schedule(model);
+  auto a = Schedule(model.problem());
+  auto b = Schedule(model.problem());
   ScheduleOptions two;
   two.threads = 2;
-  auto c = Schedule(model, two);
+  auto c = Schedule(model.problem(), two);
   ASSERT_TRUE(a && b && c);
   EXPECT_EQ(PlanToJson(a->plan), PlanToJson(b->plan));
   EXPECT_EQ(PlanToJson(a->plan), PlanToJson(c->plan));
@@ -141,7 +141,7 @@ TEST(Schedule, ReportsProgressAndCandidates) {
   ScheduleOptions options;
   options.progress = [&](double f) { seen.push_back(f); };
   options.candidates = &table;
-  ASSERT_TRUE(Schedule(model, options));
+  ASSERT_TRUE(Schedule(model.problem(), options));
   ASSERT_FALSE(seen.empty());
   EXPECT_EQ(seen.back(), 1.0);
   EXPECT_TRUE(std::is_sorted(seen.begin(), seen.end()));
@@ -153,7 +153,7 @@ TEST(Schedule, RejectsBadOptions) {
   CostModel model(cluster, Model("llama3-8b"), Work(8192));
   ScheduleOptions options;
   options.threads = 0;
-  auto r = Schedule(model, options);
+  auto r = Schedule(model.problem(), options);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::kInvalidArgument);
   EXPECT_NE(r.error().message.find("--threads"), std::string::npos);
@@ -164,7 +164,7 @@ TEST(Schedule, TimeLimitStillReturnsAValidPlan) {
   CostModel model(cluster, Model("llama3-70b"), Work(1 << 20));
   ScheduleOptions options;
   options.deadline = *Deadline::FromTimeLimit(0.01);
-  auto r = Schedule(model, options);
+  auto r = Schedule(model.problem(), options);
   ASSERT_TRUE(r);
   EXPECT_TRUE(Validate(r->plan, cluster, model.model()));
   EXPECT_TRUE(options.deadline.CutShort());
@@ -173,7 +173,7 @@ TEST(Schedule, TimeLimitStillReturnsAValidPlan) {
 TEST(Infeasible, ExplainsRankNeedAndSmallestChange) {
   Cluster cluster = MakeCluster({Device("A100-40G")}, {1}, 8, 25e9);
   CostModel model(cluster, Model("llama3-8b"), Work(int64_t{128} << 10, Recompute::kNone));
-  auto r = Schedule(model);
+  auto r = Schedule(model.problem());
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, ErrorCode::kInfeasible);
   const std::string& m = r.error().message;
@@ -189,7 +189,7 @@ TEST(Infeasible, ExplainsRankNeedAndSmallestChange) {
 TEST(Infeasible, EmptyWhenItFits) {
   Cluster cluster = MakeCluster({Device("H100-SXM")}, {1}, 8, 25e9);
   CostModel model(cluster, Model("llama3-8b"), Work(65536));
-  EXPECT_EQ(ExplainInfeasible(model), "");
+  EXPECT_EQ(ExplainInfeasible(model.problem()), "");
 }
 
 }  // namespace

@@ -70,7 +70,7 @@ TEST(SubCluster, ScheduledReplicaMapsBackToWorldRanks) {
     const CostModel sub_model = ReplicaCostModel(world_model, sub, 1, workload.shard_ranks);
     ScheduleOptions options;
     options.explain_infeasible = false;
-    auto scheduled = Schedule(sub_model, options);
+    auto scheduled = Schedule(sub_model.problem(), options);
     const StrategyResult one = scheduled ? *scheduled : RingOneReplica(sub_model);
     const Plan plan = AssembleReplicas(world_model, {{&sub, one.plan, 1}}, "hexiseq");
     ASSERT_TRUE(Validate(plan, world, model)) << Validate(plan, world, model).error().message;
@@ -105,7 +105,7 @@ TEST(DataParallel, BatchOfOneIsOneReplica) {
   Workload workload;
   workload.seq_len = 32768;
   const CostModel model(world, Model("llama3-8b"), workload);
-  const StrategyResult ring = RingBaseline(model);
+  const StrategyResult ring = RingBaseline(model.problem());
   EXPECT_EQ(NumReplicas(ring.plan), 1);
   EXPECT_EQ(ring.plan, RingOneReplica(model).plan);
 }
@@ -117,7 +117,8 @@ TEST(DataParallel, ReplicasPartitionTheRanksAndBeatOneReplicaAtShortSequences) {
   workload.batch = 8;
   workload.zero_stage = 1;
   const CostModel model(world, Model("llama3-8b"), workload);
-  for (const StrategyResult& result : {RingBaseline(model), UspBaseline(model)}) {
+  for (const StrategyResult& result :
+       {RingBaseline(model.problem()), UspBaseline(model.problem())}) {
     ASSERT_TRUE(result.feasible()) << result.reason;
     ASSERT_TRUE(Validate(result.plan, world, model.model()));
     EXPECT_GT(NumReplicas(result.plan), 1) << result.config;
@@ -138,7 +139,7 @@ TEST(DataParallel, SubsetLeavesTheSlowerTypesOut) {
   Workload workload;
   workload.seq_len = 131072;
   const CostModel model(world, Model("llama3-8b"), workload);
-  const StrategyResult subset = SubsetBaseline(model);
+  const StrategyResult subset = SubsetBaseline(model.problem());
   ASSERT_TRUE(subset.feasible()) << subset.reason;
   EXPECT_EQ(subset.plan.left_out, (std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15}));
   ASSERT_TRUE(Validate(subset.plan, world, model.model()));

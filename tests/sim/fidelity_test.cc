@@ -46,7 +46,7 @@ FidelityStats RunCase(const FidelityCase& c, int plans, uint64_t seed, bool equa
   double worst = -1;
   for (int i = 0; i < plans; ++i) {
     const Plan plan = simtest::RandomPlan(cost, rng, c.shape, spread, equal_blocks);
-    auto sim = Simulate(plan, cost);
+    auto sim = Simulate(plan, cost.problem());
     EXPECT_TRUE(sim.has_value()) << (sim ? "" : sim.error().message);
     if (!sim) continue;
     const double predicted = cost.Evaluate(plan).iteration_seconds;
@@ -154,9 +154,9 @@ TEST(Fidelity, TwoGroupRingBackwardEndsWithTheLastReturn) {
   Workload w;
   w.seq_len = 131072;
   const CostModel cost(cluster, *LoadModel("gpt-7b"), w);
-  const StrategyResult ring = UspBaseline(cost);
+  const StrategyResult ring = UspBaseline(cost.problem());
   ASSERT_TRUE(ring.feasible());
-  auto sim = Simulate(ring.plan, cost);
+  auto sim = Simulate(ring.plan, cost.problem());
   ASSERT_TRUE(sim.has_value()) << sim.error().message;
   for (const SimTerm& term : sim->terms) {
     if (term.name == "ring attention") {
@@ -191,7 +191,7 @@ TEST(Fidelity, ContiguousRingIsBoundByTheFirstBlocksChain) {
     plan.groups.push_back({{rank}, tokens, {{rank, "", cluster.ranks[rank].node, tokens, heads}}});
   }
   ASSERT_TRUE(Validate(plan, cluster, model)) << Validate(plan, cluster, model).error().message;
-  auto sim = Simulate(plan, cost);
+  auto sim = Simulate(plan, cost.problem());
   ASSERT_TRUE(sim.has_value()) << sim.error().message;
   const PlanCost predicted = cost.Evaluate(plan);
   // The chain recurrence and the simulator agree to rounding here; averaging the chain over
@@ -220,9 +220,9 @@ TEST(Fidelity, StaggeredMembersOverlapTheirAllToAll) {
   Workload w;
   w.seq_len = 32768;
   const CostModel cost(cluster, *LoadModel("gpt-7b"), w);
-  const StrategyResult ulysses = UlyssesBaseline(cost);
+  const StrategyResult ulysses = UlyssesBaseline(cost.problem());
   ASSERT_TRUE(ulysses.feasible());
-  auto sim = Simulate(ulysses.plan, cost);
+  auto sim = Simulate(ulysses.plan, cost.problem());
   ASSERT_TRUE(sim.has_value()) << sim.error().message;
   for (const SimTerm& term : sim->terms) {
     if (term.name == "local (linear + all-to-all)") {

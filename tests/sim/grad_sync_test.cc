@@ -118,7 +118,7 @@ TEST(GradSync, SimulatorAndModelChargeTheSameTotal) {
     const CostModel cost(cluster, *LoadModel("llama3-8b"), workload);
     std::mt19937_64 rng(7);
     const Plan plan = simtest::RandomPlan(cost, rng, simtest::GroupShape::kWithinNode, 0.1);
-    auto sim = Simulate(plan, cost);
+    auto sim = Simulate(plan, cost.problem());
     ASSERT_TRUE(sim.has_value()) << sim.error().message;
     EXPECT_NEAR(sim->grad_sync_total_seconds / cost.GradSyncTotalSeconds(), 1.0, kNsRounding)
         << "zero " << zero;

@@ -63,7 +63,7 @@ TEST(Replicas, TwoSingleGpuReplicasAndALeftOutRankHandComputed) {
       {RandomPart(simtest::SingleNode("H100-SXM", 1), model, workload, 3, {0}, 3, rng),
        RandomPart(simtest::SingleNode("A100-SXM-80G", 1), model, workload, 1, {1}, 3, rng)});
   ASSERT_EQ(plan.left_out, std::vector<int>{2});
-  auto sim = Simulate(plan, cost);
+  auto sim = Simulate(plan, cost.problem());
   ASSERT_TRUE(sim.has_value()) << sim.error().message;
 
   const double s = static_cast<double>(seq);
@@ -188,7 +188,7 @@ TEST(Replicas, ReplicaPlansAgreeWithTheCostModelTermByTerm) {
                                      : TwoNodeReplicas(zero_stage, seed, 8192, 5e9);
       SCOPED_TRACE("zero " + std::to_string(zero_stage) + " seed " + std::to_string(seed));
       const CostModel cost(c.cluster, c.model, c.workload);
-      auto sim = Simulate(c.plan, cost);
+      auto sim = Simulate(c.plan, cost.problem());
       ASSERT_TRUE(sim.has_value()) << sim.error().message;
       const PlanCost model = cost.Evaluate(c.plan);
       ASSERT_TRUE(model.feasible) << model.infeasible_reason;
@@ -228,13 +228,13 @@ TEST(Replicas, ReplicaPlansAgreeWithTheCostModelTermByTerm) {
 TEST(Replicas, EachReplicaIsSimulatedAsIfAlone) {
   const ReplicaCase c = TwoNodeReplicas(1, 7);
   const CostModel cost(c.cluster, c.model, c.workload);
-  auto together = Simulate(c.plan, cost);
+  auto together = Simulate(c.plan, cost.problem());
   ASSERT_TRUE(together.has_value()) << together.error().message;
   for (int replica = 0; replica < 2; ++replica) {
     Workload workload = c.workload;
     workload.batch = ReplicaSequences(c.plan, replica);
     const CostModel alone_cost(c.cluster, c.model, workload);
-    auto alone = Simulate(ReplicaPlan(c.plan, replica), alone_cost);
+    auto alone = Simulate(ReplicaPlan(c.plan, replica), alone_cost.problem());
     ASSERT_TRUE(alone.has_value()) << alone.error().message;
     EXPECT_EQ(together->replicas[replica].layer_seconds, alone->layer_seconds);
     EXPECT_EQ(together->replicas[replica].head_seconds, alone->head_seconds);
@@ -257,8 +257,8 @@ TEST(Replicas, ALeftOutRankChangesNothingForTheOthers) {
   const Plan with_left_out = EmbedPlan(plan, Iota(0, 7), 8);
   SimOptions options;
   options.keep_timeline = true;
-  auto alone = Simulate(plan, CostModel(seven, model, workload), options);
-  auto embedded = Simulate(with_left_out, CostModel(eight, model, workload), options);
+  auto alone = Simulate(plan, Problem{seven, model, workload}, options);
+  auto embedded = Simulate(with_left_out, Problem{eight, model, workload}, options);
   ASSERT_TRUE(alone && embedded);
   EXPECT_EQ(embedded->iteration_seconds, alone->iteration_seconds);
   EXPECT_EQ(embedded->layer_seconds, alone->layer_seconds);
@@ -303,8 +303,8 @@ TEST(Replicas, ReplicasSharingANicPoolContend) {
   for (int nics : {0, 1}) {
     SimOptions options;
     options.nics_per_node = nics;
-    auto together = Simulate(plan, cost, options);
-    auto alone = Simulate(ReplicaPlan(plan, 0), alone_cost, options);
+    auto together = Simulate(plan, cost.problem(), options);
+    auto alone = Simulate(ReplicaPlan(plan, 0), alone_cost.problem(), options);
     ASSERT_TRUE(together && alone);
     if (nics == 0)
       EXPECT_EQ(together->replicas[0].layer_seconds, alone->layer_seconds);

@@ -248,7 +248,8 @@ TEST(ScheduleAgreement, CostModelRingBytesPerRankAreTheSchedules) {
         with_returns += bytes.dkv_received > 0 ? 1 : 0;
     }
     for (const StrategyResult& baseline :
-         {RingBaseline(cost), UspBaseline(cost), HeteroRingBaseline(cost)})
+         {RingBaseline(cost.problem()), UspBaseline(cost.problem()),
+          HeteroRingBaseline(cost.problem())})
       if (baseline.applicable && !baseline.plan.groups.empty()) {
         ExpectRingBytesMatch(baseline.plan, cost, std::string(model) + " " + baseline.strategy);
         ExpectChainLinksMatch(baseline.plan, cost, std::string(model) + " " + baseline.strategy);

@@ -27,7 +27,7 @@ TEST(Simulator, OneRankIsItsComputeInClosedForm) {
   const CostModel cost = Model(cluster, "llama3-8b", 8192, Recompute::kFull, 2);
   std::mt19937_64 rng(1);
   const Plan plan = simtest::RandomPlan(cost, rng, simtest::GroupShape::kAny, 0);
-  auto sim = Simulate(plan, cost);
+  auto sim = Simulate(plan, cost.problem());
   ASSERT_TRUE(sim.has_value()) << sim.error().message;
   const ModelSpec& m = cost.model();
   const DeviceSpec& dev = cluster.device(0);
@@ -48,8 +48,8 @@ TEST(Simulator, SameInputGivesByteIdenticalOutput) {
   const Plan plan = simtest::RandomPlan(cost, rng, simtest::GroupShape::kAny, 0.2);
   SimOptions options;
   options.keep_timeline = true;
-  auto a = Simulate(plan, cost, options);
-  auto b = Simulate(plan, cost, options);
+  auto a = Simulate(plan, cost.problem(), options);
+  auto b = Simulate(plan, cost.problem(), options);
   ASSERT_TRUE(a && b);
   EXPECT_EQ(SimResultToJson(*a), SimResultToJson(*b));
   EXPECT_EQ(ChromeTraceJson(*a, cluster), ChromeTraceJson(*b, cluster));
@@ -62,7 +62,7 @@ TEST(Simulator, JsonAndTraceHaveTheDocumentedShape) {
   const Plan plan = simtest::RandomPlan(cost, rng, simtest::GroupShape::kWithinNode, 0.1);
   SimOptions options;
   options.keep_timeline = true;
-  auto sim = Simulate(plan, cost, options);
+  auto sim = Simulate(plan, cost.problem(), options);
   ASSERT_TRUE(sim.has_value());
   const auto j = nlohmann::json::parse(SimResultToJson(*sim));
   EXPECT_GT(j["iteration_seconds"].get<double>(), 0);
@@ -97,8 +97,8 @@ TEST(Simulator, MoreExplicitLayersChangeLittle) {
   const Plan plan = simtest::RandomPlan(cost, rng, simtest::GroupShape::kAny, 0.1, true);
   SimOptions one, four;
   four.explicit_layers = 4;
-  auto a = Simulate(plan, cost, one);
-  auto b = Simulate(plan, cost, four);
+  auto a = Simulate(plan, cost.problem(), one);
+  auto b = Simulate(plan, cost.problem(), four);
   ASSERT_TRUE(a && b);
   EXPECT_LE(b->iteration_seconds, a->iteration_seconds * 1.001);  // pipelining across layers
   EXPECT_GE(b->iteration_seconds, a->iteration_seconds * 0.95);
@@ -117,13 +117,13 @@ TEST(Simulator, OneExplicitLayerIsEveryLayerSimulated) {
   Workload w;
   w.seq_len = 65536;
   const CostModel cost(cluster, model, w);
-  const StrategyResult ring = HeteroRingBaseline(cost);
+  const StrategyResult ring = HeteroRingBaseline(cost.problem());
   ASSERT_TRUE(ring.feasible());
   SimOptions every_layer;
   every_layer.explicit_layers = model.layers;
   every_layer.keep_timeline = true;
-  auto one = Simulate(ring.plan, cost);
-  auto all = Simulate(ring.plan, cost, every_layer);
+  auto one = Simulate(ring.plan, cost.problem());
+  auto all = Simulate(ring.plan, cost.problem(), every_layer);
   ASSERT_TRUE(one && all);
   EXPECT_NEAR(one->iteration_seconds / all->iteration_seconds, 1.0, 0.005);
   // The case is one where the start matters: the first forward ends well after 1/L of the
@@ -147,12 +147,12 @@ TEST(Simulator, BadInputIsAnErrorNotACrash) {
   Plan plan = simtest::RandomPlan(cost, rng, simtest::GroupShape::kAny, 0.1);
   SimOptions options;
   options.explicit_layers = 0;
-  auto bad_options = Simulate(plan, cost, options);
+  auto bad_options = Simulate(plan, cost.problem(), options);
   ASSERT_FALSE(bad_options.has_value());
   EXPECT_EQ(bad_options.error().code, ErrorCode::kInvalidArgument);
   EXPECT_NE(bad_options.error().message.find("explicit_layers = 0"), std::string::npos);
   plan.groups[0].tokens[0].end -= 1;  // tokens no longer partition [0, S)
-  auto bad_plan = Simulate(plan, cost);
+  auto bad_plan = Simulate(plan, cost.problem());
   ASSERT_FALSE(bad_plan.has_value());
   EXPECT_EQ(bad_plan.error().code, ErrorCode::kInvalidArgument);
 }

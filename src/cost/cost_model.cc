@@ -51,26 +51,26 @@ void NameBottleneck(const std::vector<GroupCost>& groups, int ring_group, int lo
 // Memory feasibility: every rank over its capacity makes the plan infeasible; the message names
 // the first.
 void CheckMemory(const Plan& plan, const Cluster& cluster, PlanCost& cost) {
-  for (const RankCost& rc : cost.ranks) {
-    if (rc.memory_bytes <= rc.memory_capacity_bytes) continue;
+  for (const RankCost& rank_cost : cost.ranks) {
+    if (rank_cost.memory_bytes <= rank_cost.memory_capacity_bytes) continue;
     cost.feasible = false;
     if (!cost.infeasible_reason.empty()) continue;
     int64_t tokens = 0;
     size_t heads = 0;
-    if (rc.group >= 0)
-      for (const PlanMember& member : plan.groups[rc.group].members)
-        if (member.rank == rc.rank) {
+    if (rank_cost.group >= 0)
+      for (const PlanMember& member : plan.groups[rank_cost.group].members)
+        if (member.rank == rank_cost.rank) {
           tokens = TotalTokens(member.tokens);
           heads = member.heads.size();
         }
-    cost.infeasible_reason = "rank " + std::to_string(rc.rank) + " (" +
-                             cluster.device(rc.rank).name + ") needs " + Gib(rc.memory_bytes) +
-                             " for " + std::to_string(tokens) + " tokens x " +
-                             std::to_string(heads) + " heads (model state " +
-                             Gib(rc.memory.weights + rc.memory.gradients + rc.memory.optimizer) +
-                             ", activations " + Gib(rc.memory.activations) + ", attention " +
-                             Gib(rc.memory.attention_working + rc.memory.ring_buffers) + "), has " +
-                             Gib(rc.memory_capacity_bytes);
+    cost.infeasible_reason =
+        "rank " + std::to_string(rank_cost.rank) + " (" + cluster.device(rank_cost.rank).name +
+        ") needs " + Gib(rank_cost.memory_bytes) + " for " + std::to_string(tokens) + " tokens x " +
+        std::to_string(heads) + " heads (model state " +
+        Gib(rank_cost.memory.weights + rank_cost.memory.gradients + rank_cost.memory.optimizer) +
+        ", activations " + Gib(rank_cost.memory.activations) + ", attention " +
+        Gib(rank_cost.memory.attention_working + rank_cost.memory.ring_buffers) + "), has " +
+        Gib(rank_cost.memory_capacity_bytes);
   }
 }
 
@@ -80,8 +80,8 @@ void PrimaryMembers(const PlanGroup& group, int num_heads, int num_kv_heads,
   out.assign(num_kv_heads, -1);
   for (size_t i = 0; i < group.members.size(); ++i)
     for (int head : group.members[i].heads) {
-      int& p = out[KvHeadOf(head, num_heads, num_kv_heads)];
-      if (p < 0) p = static_cast<int>(i);
+      int& primary = out[KvHeadOf(head, num_heads, num_kv_heads)];
+      if (primary < 0) primary = static_cast<int>(i);
     }
 }
 
@@ -135,9 +135,9 @@ double LatencyOnce(const Cluster& cluster, std::vector<LatencyKey>& seen, Latenc
 
 // Per-thread work arrays of EvaluateGroup, so scoring a group allocates only its result.
 struct CostModel::GroupScratch {
-  std::vector<int64_t> s;
-  std::vector<int> h, kv;
-  std::vector<double> s_d, h_d, kv_d, lin, a2a, replica_copy, ring_chain;
+  std::vector<int64_t> tokens;
+  std::vector<int> heads, kv_heads;
+  std::vector<double> tokens_real, heads_real, kv_heads_real, lin, a2a, replica_copy, ring_chain;
   std::vector<double> ring_fwd, ring_bwd;  // per member: its ring phase, forward and backward
   std::vector<double> release;             // per member: when its all-to-all pieces may leave
   // Member a -> member b, from LocalPhase: the seconds of a's Q/K/V piece to b and of its O
@@ -284,15 +284,16 @@ int CostModel::ShardRanks(const Plan& plan) const {
 
 MemoryBreakdown CostModel::ModelStateMemory(int shard_ranks) const {
   const double params = problem_.model.TotalParams();
-  const double n = std::max(1, shard_ranks);
-  const int z = problem_.workload.zero_stage;
-  MemoryBreakdown m;
-  m.weights = k_.weight_bytes_per_param * params / (z >= 3 ? n : 1.0);
-  if (z >= 3)
-    m.weights += 2 * k_.weight_bytes_per_param * problem_.model.LayerGemmParams();  // prefetch
-  m.gradients = problem_.workload.bytes_per_element * params / (z >= 2 ? n : 1.0);
-  m.optimizer = k_.optimizer_bytes_per_param * params / (z >= 1 ? n : 1.0);
-  return m;
+  const double shard_count = std::max(1, shard_ranks);
+  const int zero_stage = problem_.workload.zero_stage;
+  MemoryBreakdown memory;
+  memory.weights = k_.weight_bytes_per_param * params / (zero_stage >= 3 ? shard_count : 1.0);
+  if (zero_stage >= 3)
+    memory.weights += 2 * k_.weight_bytes_per_param * problem_.model.LayerGemmParams();  // prefetch
+  memory.gradients =
+      problem_.workload.bytes_per_element * params / (zero_stage >= 2 ? shard_count : 1.0);
+  memory.optimizer = k_.optimizer_bytes_per_param * params / (zero_stage >= 1 ? shard_count : 1.0);
+  return memory;
 }
 
 std::vector<CostModel::RingContext> CostModel::RingContexts(const Plan& plan) {
@@ -306,10 +307,10 @@ std::vector<CostModel::RingContext> CostModel::RingContexts(const Plan& plan) {
   }
   std::vector<RingContext> out(num_groups);
   for (int g = 0; g < num_groups; ++g) out[g] = {g, g, static_cast<int>(active.size()), max_tokens};
-  const int k = static_cast<int>(active.size());
-  for (int i = 0; i < k; ++i) {
-    out[active[i]].prev = active[(i + k - 1) % k];
-    out[active[i]].next = active[(i + 1) % k];
+  const int num_active = static_cast<int>(active.size());
+  for (int i = 0; i < num_active; ++i) {
+    out[active[i]].prev = active[(i + num_active - 1) % num_active];
+    out[active[i]].next = active[(i + 1) % num_active];
   }
   return out;
 }
@@ -319,43 +320,43 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
   const PlanGroup& group = plan.groups[group_index];
   const int num_heads = problem_.model.heads, num_kv = problem_.model.kv_heads;
   const int64_t group_tokens = TotalTokens(group.tokens);
-  const size_t m = group.members.size();
+  const size_t num_members = group.members.size();
   const MemoryBreakdown state = ModelStateMemory(ShardRanks(plan));
 
   GroupCost out;
-  out.members.resize(m);
+  out.members.resize(num_members);
   thread_local GroupScratch scratch;
-  std::vector<int64_t>& s = scratch.s;
-  std::vector<int>& h = scratch.h;
-  std::vector<int>& kv = scratch.kv;
+  std::vector<int64_t>& tokens = scratch.tokens;
+  std::vector<int>& heads = scratch.heads;
+  std::vector<int>& kv_heads = scratch.kv_heads;
   std::vector<uint8_t>& needs = scratch.needs;
-  s.assign(m, 0);
-  h.assign(m, 0);
-  kv.assign(m, 0);
-  needs.assign(m * num_kv, 0);
-  for (size_t i = 0; i < m; ++i) {
+  tokens.assign(num_members, 0);
+  heads.assign(num_members, 0);
+  kv_heads.assign(num_members, 0);
+  needs.assign(num_members * num_kv, 0);
+  for (size_t i = 0; i < num_members; ++i) {
     const PlanMember& member = group.members[i];
-    s[i] = TotalTokens(member.tokens);
-    h[i] = static_cast<int>(member.heads.size());
+    tokens[i] = TotalTokens(member.tokens);
+    heads[i] = static_cast<int>(member.heads.size());
     for (int head : member.heads) {
       uint8_t& need = needs[i * num_kv + KvHeadOf(head, num_heads, num_kv)];
-      kv[i] += need == 0;
+      kv_heads[i] += need == 0;
       need = 1;
     }
-    RankCost& rc = out.members[i];
-    rc.rank = member.rank;
-    rc.group = group_index;
-    rc.memory = state;
-    rc.memory_capacity_bytes = problem_.cluster.device(member.rank).memory_bytes *
-                               (1.0 - problem_.workload.memory_reserve);
+    RankCost& rank_cost = out.members[i];
+    rank_cost.rank = member.rank;
+    rank_cost.group = group_index;
+    rank_cost.memory = state;
+    rank_cost.memory_capacity_bytes = problem_.cluster.device(member.rank).memory_bytes *
+                                      (1.0 - problem_.workload.memory_reserve);
   }
   auto finish_memory = [&]() {
-    for (RankCost& rc : out.members) {
-      rc.memory_bytes = rc.memory.total();
-      const double frac = rc.memory_bytes / rc.memory_capacity_bytes;
+    for (RankCost& rank_cost : out.members) {
+      rank_cost.memory_bytes = rank_cost.memory.total();
+      const double frac = rank_cost.memory_bytes / rank_cost.memory_capacity_bytes;
       if (frac > out.max_memory_fraction || out.worst_memory_rank < 0) {
         out.max_memory_fraction = frac;
-        out.worst_memory_rank = rc.rank;
+        out.worst_memory_rank = rank_cost.rank;
       }
     }
   };
@@ -373,27 +374,28 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
 
 // Local phase: all-to-all in (Q, K, V), all-to-all out (O), linear layers.
 void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupCost& out) const {
-  const size_t m = group.members.size();
-  const double dh = problem_.model.head_dim, bytes = problem_.workload.bytes_per_element;
-  const std::vector<int64_t>& s = scratch.s;
-  const std::vector<int>& h = scratch.h;
-  const std::vector<int>& kv = scratch.kv;
+  const size_t num_members = group.members.size();
+  const double head_dim = problem_.model.head_dim, bytes = problem_.workload.bytes_per_element;
+  const std::vector<int64_t>& tokens = scratch.tokens;
+  const std::vector<int>& heads = scratch.heads;
+  const std::vector<int>& kv_heads = scratch.kv_heads;
   // A rank's transfer time is the larger of its send and receive totals, with intra-node
   // (NVLink) and inter-node (NIC) traffic on separate links.
   // Bytes member i sends to member j: the same expressions as AllToAllBytes, without the matrix.
-  std::vector<double>& s_d = scratch.s_d;
-  std::vector<double>& h_d = scratch.h_d;
-  std::vector<double>& kv_d = scratch.kv_d;
-  s_d.resize(m);
-  h_d.resize(m);
-  kv_d.resize(m);
-  for (size_t i = 0; i < m; ++i) {
-    s_d[i] = static_cast<double>(s[i]);
-    h_d[i] = static_cast<double>(h[i]);
-    kv_d[i] = static_cast<double>(kv[i]);
+  std::vector<double>& tokens_real = scratch.tokens_real;
+  std::vector<double>& heads_real = scratch.heads_real;
+  std::vector<double>& kv_heads_real = scratch.kv_heads_real;
+  tokens_real.resize(num_members);
+  heads_real.resize(num_members);
+  kv_heads_real.resize(num_members);
+  for (size_t i = 0; i < num_members; ++i) {
+    tokens_real[i] = static_cast<double>(tokens[i]);
+    heads_real[i] = static_cast<double>(heads[i]);
+    kv_heads_real[i] = static_cast<double>(kv_heads[i]);
   }
   auto bytes_of = [&](bool inbound, size_t i, size_t j) {
-    return inbound ? s_d[i] * (h_d[j] + 2 * kv_d[j]) * dh * bytes : s_d[j] * h_d[i] * dh * bytes;
+    return inbound ? tokens_real[i] * (heads_real[j] + 2 * kv_heads_real[j]) * head_dim * bytes
+                   : tokens_real[j] * heads_real[i] * head_dim * bytes;
   };
   // Both all-to-alls of member r in one pass over its peers: each pair's latency and bandwidth
   // are looked up once. The pieces to (from) different peers are in flight at once, so a port's
@@ -402,16 +404,16 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
   auto a2a_times = [&](size_t r, double* in_time, double* out_time) {
     double acc[2][4] = {};  // [inbound, outbound][send intra, send inter, recv intra, recv inter]
     double latency_of[2][4] = {};
-    const int a = group.members[r].rank;
-    for (size_t j = 0; j < m; ++j) {
+    const int rank = group.members[r].rank;
+    for (size_t j = 0; j < num_members; ++j) {
       if (j == r) continue;
-      const int b = group.members[j].rank;
-      const bool intra = problem_.cluster.SameNode(a, b);
-      const double latency = problem_.cluster.Latency(a, b),
-                   bandwidth = problem_.cluster.Bandwidth(a, b);
+      const int peer_rank = group.members[j].rank;
+      const bool intra = problem_.cluster.SameNode(rank, peer_rank);
+      const double latency = problem_.cluster.Latency(rank, peer_rank),
+                   bandwidth = problem_.cluster.Bandwidth(rank, peer_rank);
       if (!scratch.pair_links.empty())
-        scratch.pair_links[r * m + j] = {bytes_of(true, r, j) / bandwidth,
-                                         bytes_of(false, r, j) / bandwidth, latency, intra};
+        scratch.pair_links[r * num_members + j] = {
+            bytes_of(true, r, j) / bandwidth, bytes_of(false, r, j) / bandwidth, latency, intra};
       for (int dir = 0; dir < 2; ++dir) {
         const bool inbound = dir == 0;
         const double send = bytes_of(inbound, r, j), recv = bytes_of(inbound, j, r);
@@ -432,17 +434,17 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
   double a2a_in = 0, a2a_out = 0, lin_max = 0;
   std::vector<double>& lin = scratch.lin;
   std::vector<double>& a2a = scratch.a2a;
-  lin.resize(m);
-  a2a.resize(m);
-  scratch.pair_links.resize(m <= kMaxStaggeredMembers ? m * m : 0);
-  for (size_t i = 0; i < m; ++i) {
+  lin.resize(num_members);
+  a2a.resize(num_members);
+  scratch.pair_links.resize(num_members <= kMaxStaggeredMembers ? num_members * num_members : 0);
+  for (size_t i = 0; i < num_members; ++i) {
     const DeviceSpec& dev = problem_.cluster.device(group.members[i].rank);
-    lin[i] = s[i] * lin_flops_per_token / dev.GemmFlops();
-    double in = 0, outb = 0;
-    if (m > 1) a2a_times(i, &in, &outb);
-    a2a[i] = in + outb;
-    a2a_in = std::max(a2a_in, in);
-    a2a_out = std::max(a2a_out, outb);
+    lin[i] = tokens[i] * lin_flops_per_token / dev.GemmFlops();
+    double qkv_time = 0, o_time = 0;
+    if (num_members > 1) a2a_times(i, &qkv_time, &o_time);
+    a2a[i] = qkv_time + o_time;
+    a2a_in = std::max(a2a_in, qkv_time);
+    a2a_out = std::max(a2a_out, o_time);
     lin_max = std::max(lin_max, lin[i]);
   }
   scratch.a2a_qkv = a2a_in;
@@ -460,20 +462,20 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
 // last member entered. Peers are visited in order of release, so a port's pieces come in order of
 // their start (the later of the two ends') without a sort per port.
 double CostModel::StaggeredAllToAll(const PlanGroup& group, bool qkv, GroupScratch& scratch) const {
-  const size_t m = group.members.size();
+  const size_t num_members = group.members.size();
   const std::vector<double>& release = scratch.release;
   std::vector<int>& order = scratch.by_release;
-  order.resize(m);
-  for (size_t i = 0; i < m; ++i) order[i] = static_cast<int>(i);
+  order.resize(num_members);
+  for (size_t i = 0; i < num_members; ++i) order[i] = static_cast<int>(i);
   std::sort(order.begin(), order.end(), [&](int x, int y) { return release[x] < release[y]; });
   constexpr double kIdle = -std::numeric_limits<double>::infinity();
   double done = 0;
-  for (size_t r = 0; r < m; ++r) {
+  for (size_t r = 0; r < num_members; ++r) {
     double finish[kPorts] = {kIdle, kIdle, kIdle, kIdle}, latency_of[kPorts] = {};
     for (int j : order) {
       if (static_cast<size_t>(j) == r) continue;
-      const GroupScratch::PairLink& link = scratch.pair_links[r * m + j];
-      const GroupScratch::PairLink& back = scratch.pair_links[j * m + r];
+      const GroupScratch::PairLink& link = scratch.pair_links[r * num_members + j];
+      const GroupScratch::PairLink& back = scratch.pair_links[j * num_members + r];
       const double start = std::max(release[r], release[j]);
       const double send = qkv ? link.qkv_seconds : link.o_seconds;
       const double receive = qkv ? back.qkv_seconds : back.o_seconds;
@@ -496,13 +498,13 @@ double CostModel::StaggeredAllToAll(const PlanGroup& group, bool qkv, GroupScrat
 // the linear layers; backward: dQ/dK/dV out after the ring, dO in after the linear layers.
 void CostModel::StaggeredLocal(const PlanGroup& group, GroupScratch& scratch,
                                GroupCost& out) const {
-  const size_t m = group.members.size();
-  if (m < 2 || m > kMaxStaggeredMembers) return;
+  const size_t num_members = group.members.size();
+  if (num_members < 2 || num_members > kMaxStaggeredMembers) return;
   auto exchange = [&](const std::vector<double>& ready, double scale, bool qkv) {
     const auto [first, last] = std::minmax_element(ready.begin(), ready.end());
     if (*first == *last) return qkv ? scratch.a2a_qkv : scratch.a2a_o;
-    scratch.release.resize(m);
-    for (size_t i = 0; i < m; ++i) scratch.release[i] = scale * (ready[i] - *last);
+    scratch.release.resize(num_members);
+    for (size_t i = 0; i < num_members; ++i) scratch.release[i] = scale * (ready[i] - *last);
     return StaggeredAllToAll(group, qkv, scratch);
   };
   const double factor = k_.linear_backward_factor;
@@ -673,12 +675,13 @@ std::vector<CostModel::RingRankBytes> CostModel::RingBytesPerRank(const Plan& pl
   return out;
 }
 
-// The world rank of KV head g's primary in plan group `group_index` (-1: no member needs it),
-// with each group's primaries computed once per scoring.
-int CostModel::PeerPrimary(const Plan& plan, int group_index, int g, GroupScratch& scratch) const {
+// The world rank of KV head `kv_head`'s primary in plan group `group_index` (-1: no member needs
+// it), with each group's primaries computed once per scoring.
+int CostModel::PeerPrimary(const Plan& plan, int group_index, int kv_head,
+                           GroupScratch& scratch) const {
   auto& peers = scratch.peer_primaries;
   for (size_t index = 0; index < scratch.peers_used; ++index)
-    if (peers[index].first == group_index) return peers[index].second[g];
+    if (peers[index].first == group_index) return peers[index].second[kv_head];
   if (scratch.peers_used == peers.size()) peers.emplace_back();
   auto& [group, ranks] = peers[scratch.peers_used++];  // storage reused across scorings
   group = group_index;
@@ -689,7 +692,7 @@ int CostModel::PeerPrimary(const Plan& plan, int group_index, int g, GroupScratc
     const int member = scratch.peer_members[kv];
     ranks[kv] = member < 0 ? -1 : plan.groups[group_index].members[member].rank;
   }
-  return ranks[g];
+  return ranks[kv_head];
 }
 
 // Ring phase traffic: per member and port, the sub-ring K/V transfers (from and to the groups its
@@ -698,7 +701,7 @@ int CostModel::PeerPrimary(const Plan& plan, int group_index, int g, GroupScratc
 void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingContext& ring,
                               GroupScratch& scratch, GroupCost& out) const {
   const PlanGroup& group = plan.groups[group_index];
-  const size_t m = group.members.size();
+  const size_t num_members = group.members.size();
   const int num_heads = problem_.model.heads, num_kv = problem_.model.kv_heads;
   const std::vector<uint8_t>& needs = scratch.needs;
   const int steps = ring.ring_size;
@@ -710,10 +713,10 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
   // ring_chain: seconds per token of block on each primary's incoming ring link (the averaged
   // chain of rings too long for the recurrence, RingChainOf).
   std::vector<double>& ring_chain = scratch.ring_chain;
-  kv_ports.assign(m * kPorts, 0);
-  return_ports.assign(m * kPorts, 0);
-  replica_copy.assign(m, 0);
-  ring_chain.assign(m, 0);
+  kv_ports.assign(num_members * kPorts, 0);
+  return_ports.assign(num_members * kPorts, 0);
+  replica_copy.assign(num_members, 0);
+  ring_chain.assign(num_members, 0);
   if (steps <= 1) return;
 
   std::vector<int>& mine_member = scratch.mine;
@@ -729,53 +732,54 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
   };
   int visiting = 0;  // blocks that visit the group: each is one message to each replica
   for (const PeerTraffic& peer : traffic.kv_from) visiting += peer.blocks;
-  for (int g = 0; g < num_kv; ++g) {
-    const int p = mine_member[g];
-    if (p < 0) continue;
-    const int mine = group.members[p].rank;
+  for (int kv_head = 0; kv_head < num_kv; ++kv_head) {
+    const int primary = mine_member[kv_head];
+    if (primary < 0) continue;
+    const int mine = group.members[primary].rank;
     for (const PeerTraffic& peer : traffic.kv_from) {
-      const int before = PeerPrimary(plan, peer.group, g, scratch);
+      const int before = PeerPrimary(plan, peer.group, kv_head, scratch);
       if (before < 0 || before == mine) continue;
       const double bandwidth = problem_.cluster.Bandwidth(before, mine);
-      ChargePorts(problem_.cluster, kv_ports, -1, p, before, mine,
+      ChargePorts(problem_.cluster, kv_ports, -1, primary, before, mine,
                   link_latency(before, mine, peer.blocks) + peer.tokens * per_token / bandwidth);
       if (peer.group == ring.prev) {
-        ring_chain[p] += per_token / bandwidth;
+        ring_chain[primary] += per_token / bandwidth;
         out.chain_latency = std::max(out.chain_latency, problem_.cluster.Latency(before, mine));
       }
     }
     for (const PeerTraffic& peer : traffic.kv_to) {
-      const int after = PeerPrimary(plan, peer.group, g, scratch);
+      const int after = PeerPrimary(plan, peer.group, kv_head, scratch);
       if (after < 0 || after == mine) continue;
-      ChargePorts(problem_.cluster, kv_ports, p, -1, mine, after,
+      ChargePorts(problem_.cluster, kv_ports, primary, -1, mine, after,
                   link_latency(mine, after, peer.blocks) +
                       peer.tokens * per_token / problem_.cluster.Bandwidth(mine, after));
     }
-    // Replicas: other members needing KV head g get it from the primary over group links.
-    for (size_t i = 0; i < m; ++i) {
-      if (static_cast<int>(i) == p) continue;
-      if (!needs[i * num_kv + g] || kv_in == 0) continue;
+    // Replicas: other members needing KV head `kv_head` get it from the primary over group links.
+    for (size_t i = 0; i < num_members; ++i) {
+      if (static_cast<int>(i) == primary) continue;
+      if (!needs[i * num_kv + kv_head] || kv_in == 0) continue;
       const int replica = group.members[i].rank;
       const double copy = per_token / problem_.cluster.Bandwidth(mine, replica);
-      ChargePorts(problem_.cluster, kv_ports, p, static_cast<int>(i), mine, replica,
+      ChargePorts(problem_.cluster, kv_ports, primary, static_cast<int>(i), mine, replica,
                   link_latency(mine, replica, visiting) + kv_in * copy);
       replica_copy[i] += copy;
     }
-    DkvSumTimes(plan, group_index, g, scratch);
+    DkvSumTimes(plan, group_index, kv_head, scratch);
   }
   out.replica_seconds_per_token = *std::max_element(replica_copy.begin(), replica_copy.end());
 }
 
-// Backward, KV head g: replicas' partials to the primary; sums fed in by the previous groups and
-// passed on to the next ones (or returned to the owners of the chains it ends); its own block's
-// total from the last group of its chain.
-void CostModel::DkvSumTimes(const Plan& plan, int group_index, int g, GroupScratch& scratch) const {
+// Backward, KV head `kv_head`: replicas' partials to the primary; sums fed in by the previous
+// groups and passed on to the next ones (or returned to the owners of the chains it ends); its own
+// block's total from the last group of its chain.
+void CostModel::DkvSumTimes(const Plan& plan, int group_index, int kv_head,
+                            GroupScratch& scratch) const {
   const PlanGroup& group = plan.groups[group_index];
   const int num_kv = problem_.model.kv_heads;
   const ChainTraffic& traffic = scratch.traffic;
   std::vector<double>& ports = scratch.return_ports;
-  const int p = scratch.mine[g];
-  const int mine = group.members[p].rank;
+  const int primary = scratch.mine[kv_head];
+  const int mine = group.members[primary].rank;
   const double per_token = KvBytesPerTokenPerKvHead();
   auto charge = [&](LatencyStream stream, int sender, int receiver, int from, int to,
                     int64_t tokens, int blocks) {
@@ -788,28 +792,29 @@ void CostModel::DkvSumTimes(const Plan& plan, int group_index, int g, GroupScrat
   int visiting = 0;
   for (const PeerTraffic& peer : traffic.kv_from) visiting += peer.blocks;
   for (size_t i = 0; i < group.members.size(); ++i)
-    if (static_cast<int>(i) != p && scratch.needs[i * num_kv + g])
-      charge(kPartialStream, static_cast<int>(i), p, group.members[i].rank, mine, kv_in, visiting);
+    if (static_cast<int>(i) != primary && scratch.needs[i * num_kv + kv_head])
+      charge(kPartialStream, static_cast<int>(i), primary, group.members[i].rank, mine, kv_in,
+             visiting);
   for (const PeerTraffic& peer : traffic.sums_from)
-    charge(kSumInStream, -1, p, PeerPrimary(plan, peer.group, g, scratch), mine, peer.tokens,
-           peer.blocks);
+    charge(kSumInStream, -1, primary, PeerPrimary(plan, peer.group, kv_head, scratch), mine,
+           peer.tokens, peer.blocks);
   for (const PeerTraffic& peer : traffic.sums_to)
-    charge(kSumOutStream, p, -1, mine, PeerPrimary(plan, peer.group, g, scratch), peer.tokens,
-           peer.blocks);
+    charge(kSumOutStream, primary, -1, mine, PeerPrimary(plan, peer.group, kv_head, scratch),
+           peer.tokens, peer.blocks);
   if (traffic.own_returner >= 0)
-    charge(kOwnReturnStream, -1, p, PeerPrimary(plan, traffic.own_returner, g, scratch), mine,
-           traffic.own_return, 1);
+    charge(kOwnReturnStream, -1, primary, PeerPrimary(plan, traffic.own_returner, kv_head, scratch),
+           mine, traffic.own_return, 1);
 }
 
 // Per member: the ring phase forward and backward (attention overlapped with its busiest port),
 // the per-iteration figures and the memory.
 void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
                               GroupScratch& scratch, GroupCost& out) const {
-  const size_t m = group.members.size();
+  const size_t num_members = group.members.size();
   const int64_t group_tokens = TotalTokens(group.tokens);
-  const std::vector<int64_t>& s = scratch.s;
-  const std::vector<int>& h = scratch.h;
-  const std::vector<int>& kv = scratch.kv;
+  const std::vector<int64_t>& tokens = scratch.tokens;
+  const std::vector<int>& heads = scratch.heads;
+  const std::vector<int>& kv_heads = scratch.kv_heads;
   const std::vector<double>& lin = scratch.lin;
   const std::vector<double>& a2a = scratch.a2a;
   const std::vector<double>& kv_ports = scratch.kv_ports;
@@ -819,14 +824,14 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
   const int64_t causal_pairs = CausalPrefixPairs(group.tokens);
   const int64_t diag_pairs = CausalPairs(group.tokens, group.tokens);
   const int steps = ring.ring_size;
-  scratch.ring_fwd.resize(m);
-  scratch.ring_bwd.resize(m);
-  for (size_t i = 0; i < m; ++i) {
+  scratch.ring_fwd.resize(num_members);
+  scratch.ring_bwd.resize(num_members);
+  for (size_t i = 0; i < num_members; ++i) {
     const DeviceSpec& dev = problem_.cluster.device(group.members[i].rank);
-    const double compute =
-        AttentionForwardFlops(problem_.model.head_dim, h[i], causal_pairs) / dev.AttentionFlops();
+    const double compute = AttentionForwardFlops(problem_.model.head_dim, heads[i], causal_pairs) /
+                           dev.AttentionFlops();
     const double first =
-        AttentionForwardFlops(problem_.model.head_dim, h[i], diag_pairs) / dev.AttentionFlops();
+        AttentionForwardFlops(problem_.model.head_dim, heads[i], diag_pairs) / dev.AttentionFlops();
     const double comm = BusiestPort(kv_ports, i);
     // Backward: K/V go round again while dK/dV returns use their own links (ports add up).
     double comm_bwd = 0, returns = 0;
@@ -835,9 +840,9 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
       returns = std::max(returns, return_ports[i * kPorts + port]);
     }
     out.chain_seconds_per_token = std::max(out.chain_seconds_per_token, ring_chain[i]);
-    out.seconds_per_pair =
-        std::max(out.seconds_per_pair,
-                 AttentionForwardFlops(problem_.model.head_dim, h[i], 1.0) / dev.AttentionFlops());
+    out.seconds_per_pair = std::max(
+        out.seconds_per_pair,
+        AttentionForwardFlops(problem_.model.head_dim, heads[i], 1.0) / dev.AttentionFlops());
     double fwd = compute, bwd = k_.attention_backward_factor * compute;
     if (steps > 1) {
       const double last = (compute - first) / (steps - 1);
@@ -858,27 +863,28 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
     out.ring_comm_fwd = std::max(out.ring_comm_fwd, comm);
 
     // Per-iteration figures for this rank.
-    RankCost& rc = out.members[i];
+    RankCost& rank_cost = out.members[i];
     const double layers = problem_.model.layers * problem_.workload.batch;
     const bool full = problem_.workload.recompute == Recompute::kFull;
     const bool selective = problem_.workload.recompute == Recompute::kSelective;
-    const double head_flops = 2.0 * s[i] * problem_.model.vocab * problem_.model.hidden;
-    rc.linear_seconds =
+    const double head_flops = 2.0 * tokens[i] * problem_.model.vocab * problem_.model.hidden;
+    rank_cost.linear_seconds =
         layers * lin[i] *
             (1 + k_.linear_backward_factor +
              (full        ? 1
               : selective ? mlp_fraction
                           : 0)) +
         problem_.workload.batch * (1 + k_.linear_backward_factor) * head_flops / dev.GemmFlops();
-    rc.attention_seconds = layers * compute * (1 + k_.attention_backward_factor + (full ? 1 : 0));
-    rc.all_to_all_seconds = layers * a2a[i] * (2 + (full ? 1 : 0));
-    rc.ring_comm_seconds = layers * (comm * (1 + (full ? 1 : 0)) + comm_bwd);
-    rc.ring_exposed_seconds = layers * ((fwd - compute) * (full ? 2 : 1) +
-                                        (bwd - k_.attention_backward_factor * compute));
+    rank_cost.attention_seconds =
+        layers * compute * (1 + k_.attention_backward_factor + (full ? 1 : 0));
+    rank_cost.all_to_all_seconds = layers * a2a[i] * (2 + (full ? 1 : 0));
+    rank_cost.ring_comm_seconds = layers * (comm * (1 + (full ? 1 : 0)) + comm_bwd);
+    rank_cost.ring_exposed_seconds = layers * ((fwd - compute) * (full ? 2 : 1) +
+                                               (bwd - k_.attention_backward_factor * compute));
     out.head_seconds =
         std::max(out.head_seconds, (1 + k_.linear_backward_factor) * head_flops / dev.GemmFlops());
 
-    ActivationMemory(s[i], h[i], kv[i], group_tokens, ring, rc.memory);
+    ActivationMemory(tokens[i], heads[i], kv_heads[i], group_tokens, ring, rank_cost.memory);
   }
 }
 
@@ -887,11 +893,11 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
 void CostModel::ActivationMemory(int64_t tokens, int query_heads, int kv_heads,
                                  int64_t group_tokens, const RingContext& ring,
                                  MemoryBreakdown& mem) const {
-  const double dh = problem_.model.head_dim, bytes = problem_.workload.bytes_per_element;
+  const double head_dim = problem_.model.head_dim, bytes = problem_.workload.bytes_per_element;
   const double hidden = problem_.model.hidden;
   const double mlp_act = problem_.model.MlpParams() / hidden;  // MLP intermediate values per token
   const double token_act = bytes * (4 * hidden + mlp_act);     // norms, MLP in, MLP intermediate
-  const double head_act = group_tokens * (dh * bytes * (2.0 * query_heads + 2.0 * kv_heads) +
+  const double head_act = group_tokens * (head_dim * bytes * (2.0 * query_heads + 2.0 * kv_heads) +
                                           4.0 * query_heads);  // Q,O,K,V,LSE
   switch (problem_.workload.recompute) {
     case Recompute::kFull:
@@ -907,28 +913,30 @@ void CostModel::ActivationMemory(int64_t tokens, int query_heads, int kv_heads,
       mem.activations = problem_.model.layers * (tokens * token_act + head_act);
       break;
   }
-  mem.attention_working = group_tokens * dh * (query_heads * (bytes + 4.0) + kv_heads * 2 * 4.0);
-  const double block = static_cast<double>(ring.max_group_tokens) * kv_heads * 2 * dh;
+  mem.attention_working =
+      group_tokens * head_dim * (query_heads * (bytes + 4.0) + kv_heads * 2 * 4.0);
+  const double block = static_cast<double>(ring.max_group_tokens) * kv_heads * 2 * head_dim;
   mem.ring_buffers = ring.ring_size > 1 ? k_.ring_buffers * block * (bytes + 4.0) : 0;
   mem.logits = std::min<int64_t>(tokens, k_.loss_chunk_tokens) * problem_.model.vocab * 4.0 * 2;
 }
 
 std::vector<std::vector<double>> CostModel::AllToAllBytes(const PlanGroup& group,
                                                           bool inbound) const {
-  const size_t m = group.members.size();
-  const double dh = problem_.model.head_dim, bytes = problem_.workload.bytes_per_element;
-  std::vector<double> s(m), h(m), kv(m);
-  for (size_t i = 0; i < m; ++i) {
-    s[i] = static_cast<double>(TotalTokens(group.members[i].tokens));
-    h[i] = static_cast<double>(group.members[i].heads.size());
-    kv[i] = static_cast<double>(
+  const size_t num_members = group.members.size();
+  const double head_dim = problem_.model.head_dim, bytes = problem_.workload.bytes_per_element;
+  std::vector<double> tokens(num_members), heads(num_members), kv_heads(num_members);
+  for (size_t i = 0; i < num_members; ++i) {
+    tokens[i] = static_cast<double>(TotalTokens(group.members[i].tokens));
+    heads[i] = static_cast<double>(group.members[i].heads.size());
+    kv_heads[i] = static_cast<double>(
         KvHeadsOf(group.members[i].heads, problem_.model.heads, problem_.model.kv_heads).size());
   }
-  std::vector<std::vector<double>> out(m, std::vector<double>(m, 0.0));
-  for (size_t i = 0; i < m; ++i)
-    for (size_t j = 0; j < m; ++j) {
+  std::vector<std::vector<double>> out(num_members, std::vector<double>(num_members, 0.0));
+  for (size_t i = 0; i < num_members; ++i)
+    for (size_t j = 0; j < num_members; ++j) {
       if (i == j) continue;
-      out[i][j] = inbound ? s[i] * (h[j] + 2 * kv[j]) * dh * bytes : s[j] * h[i] * dh * bytes;
+      out[i][j] = inbound ? tokens[i] * (heads[j] + 2 * kv_heads[j]) * head_dim * bytes
+                          : tokens[j] * heads[i] * head_dim * bytes;
     }
   return out;
 }
@@ -1128,7 +1136,7 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
     ring_bwd = std::max(ring_bwd, gc.ring_bwd);
     selective = std::max(selective, gc.recompute);
     head = std::max(head, gc.head_seconds);
-    for (const RankCost& rc : gc.members) cost.ranks[rc.rank] = rc;
+    for (const RankCost& rank_cost : gc.members) cost.ranks[rank_cost.rank] = rank_cost;
     if (gc.max_memory_fraction > max_fraction) {
       max_fraction = gc.max_memory_fraction;
       cost.max_memory_fraction = gc.max_memory_fraction;
@@ -1228,14 +1236,15 @@ PlanCost CostModel::Evaluate(const Plan& plan) const {
 
 double LinearPhaseFlops(const ModelSpec& model, Recompute recompute, int64_t tokens,
                         const CostConstants& constants) {
-  const double s = static_cast<double>(tokens);
+  const double token_count = static_cast<double>(tokens);
   const double mlp_fraction = model.MlpParams() / model.LayerGemmParams();
   const double rec = recompute == Recompute::kFull        ? 1.0
                      : recompute == Recompute::kSelective ? mlp_fraction
                                                           : 0.0;
   const double layer =
-      s * 2.0 * model.LayerGemmParams() * (1 + constants.linear_backward_factor + rec);
-  const double head = 2.0 * s * model.vocab * model.hidden * (1 + constants.linear_backward_factor);
+      token_count * 2.0 * model.LayerGemmParams() * (1 + constants.linear_backward_factor + rec);
+  const double head =
+      2.0 * token_count * model.vocab * model.hidden * (1 + constants.linear_backward_factor);
   return model.layers * layer + head;
 }
 
@@ -1294,14 +1303,14 @@ void AttachPrediction(Plan& plan, const PlanCost& cost) {
   PlanPrediction p;
   p.iteration_seconds = cost.iteration_seconds;
   p.tokens_per_second = cost.tokens_per_second;
-  for (const RankCost& rc : cost.ranks) {
+  for (const RankCost& rank_cost : cost.ranks) {
     RankPrediction rp;
-    rp.rank = rc.rank;
-    rp.memory_bytes = rc.memory_bytes;
-    rp.memory_capacity_bytes = rc.memory_capacity_bytes;
-    rp.compute_seconds = rc.compute_seconds();
-    rp.exposed_comm_seconds = rc.exposed_comm_seconds();
-    rp.total_comm_seconds = rc.total_comm_seconds();
+    rp.rank = rank_cost.rank;
+    rp.memory_bytes = rank_cost.memory_bytes;
+    rp.memory_capacity_bytes = rank_cost.memory_capacity_bytes;
+    rp.compute_seconds = rank_cost.compute_seconds();
+    rp.exposed_comm_seconds = rank_cost.exposed_comm_seconds();
+    rp.total_comm_seconds = rank_cost.total_comm_seconds();
     p.ranks.push_back(rp);
   }
   plan.predicted = p;

@@ -39,57 +39,58 @@ struct TokenFlops {
   double linear = 0, attention = 0;
 };
 TokenFlops PerToken(const CostModel& model) {
-  const double s = static_cast<double>(model.workload().seq_len);
-  return {model.TotalLinearFlops() / s, model.TotalAttentionFlops() / s};
+  const double seq_len = static_cast<double>(model.workload().seq_len);
+  return {model.TotalLinearFlops() / seq_len, model.TotalAttentionFlops() / seq_len};
 }
 
 // Tokens per second a group can absorb at the average density, given its head split.
 double GroupRate(const CostModel& model, const std::vector<int>& ranks,
                  const std::vector<int>& heads) {
-  const TokenFlops f = PerToken(model);
+  const TokenFlops per_token = PerToken(model);
   double gemm = 0, worst_head_time = 0;
   for (size_t i = 0; i < ranks.size(); ++i) {
     const DeviceSpec& dev = model.cluster().device(ranks[i]);
     gemm += dev.GemmFlops();
     worst_head_time = std::max(worst_head_time, heads[i] / dev.AttentionFlops());
   }
-  const double attention_seconds = f.attention * worst_head_time / model.model().heads;
-  return 1.0 / (f.linear / gemm + attention_seconds);
+  const double attention_seconds = per_token.attention * worst_head_time / model.model().heads;
+  return 1.0 / (per_token.linear / gemm + attention_seconds);
 }
 
 }  // namespace
 
 void AppendIdleGroup(const Structure& structure, Layout& layout) {
   if (structure.idle.empty()) return;
-  GroupLayout g;
-  g.ranks = structure.idle;
-  g.tokens.assign(g.ranks.size(), 0);
-  g.heads.assign(g.ranks.size(), 0);
-  layout.push_back(std::move(g));
+  GroupLayout idle_group;
+  idle_group.ranks = structure.idle;
+  idle_group.tokens.assign(idle_group.ranks.size(), 0);
+  idle_group.heads.assign(idle_group.ranks.size(), 0);
+  layout.push_back(std::move(idle_group));
 }
 
 Layout MakeLayout(const CostModel& model, const Structure& structure,
                   const std::vector<int64_t>& group_tokens) {
   Layout layout;
   for (size_t k = 0; k < structure.groups.size(); ++k) {
-    GroupLayout g;
-    g.ranks = structure.groups[k];
-    const int64_t t = group_tokens[k];
-    g.front = t / 2;
-    g.back = t - g.front;
-    g.tokens = TokensByGemm(model, g.ranks, t);
-    g.heads = t > 0 ? HeadsByAttention(model, g.ranks) : std::vector<int>(g.ranks.size(), 0);
-    layout.push_back(std::move(g));
+    GroupLayout group_layout;
+    group_layout.ranks = structure.groups[k];
+    const int64_t tokens = group_tokens[k];
+    group_layout.front = tokens / 2;
+    group_layout.back = tokens - group_layout.front;
+    group_layout.tokens = TokensByGemm(model, group_layout.ranks, tokens);
+    group_layout.heads = tokens > 0 ? HeadsByAttention(model, group_layout.ranks)
+                                    : std::vector<int>(group_layout.ranks.size(), 0);
+    layout.push_back(std::move(group_layout));
   }
   AppendIdleGroup(structure, layout);
   return layout;
 }
 
 std::vector<double> RateWeights(const CostModel& model, const Structure& structure) {
-  std::vector<double> w;
+  std::vector<double> weights;
   for (const auto& ranks : structure.groups)
-    w.push_back(GroupRate(model, ranks, HeadsByAttention(model, ranks)));
-  return w;
+    weights.push_back(GroupRate(model, ranks, HeadsByAttention(model, ranks)));
+  return weights;
 }
 
 // Bisection on the target time tau: group k takes min(cap_k, tau / a_k) tokens, where a_k is its
@@ -97,25 +98,25 @@ std::vector<double> RateWeights(const CostModel& model, const Structure& structu
 std::vector<int64_t> BalanceTokens(const CostModel& model, const Structure& structure,
                                    std::vector<int64_t> tokens, int rounds) {
   const int64_t seq = model.workload().seq_len;
-  const int k = static_cast<int>(structure.groups.size());
+  const int num_groups = static_cast<int>(structure.groups.size());
   const double state_bytes = model.ModelStateMemory().total();
   for (int round = 0; round < rounds; ++round) {
-    PlanState st(model, MakeLayout(model, structure, tokens));
-    std::vector<double> per_token(k), cap(k);
+    PlanState state(model, MakeLayout(model, structure, tokens));
+    std::vector<double> per_token(num_groups), cap(num_groups);
     bool any = false;
-    for (int g = 0; g < k; ++g) {
-      const GroupCost& c = st.group_costs()[g];
-      const double t = 2 * (c.local_fwd + c.ring_fwd) + c.local_bwd + c.ring_bwd;
-      per_token[g] = tokens[g] > 0 ? t / tokens[g] : 0;
+    for (int g = 0; g < num_groups; ++g) {
+      const GroupCost& cost = state.group_costs()[g];
+      const double seconds = 2 * (cost.local_fwd + cost.ring_fwd) + cost.local_bwd + cost.ring_bwd;
+      per_token[g] = tokens[g] > 0 ? seconds / tokens[g] : 0;
       cap[g] = static_cast<double>(seq);
-      if (tokens[g] > 0 && c.worst_memory_rank >= 0) {
+      if (tokens[g] > 0 && cost.worst_memory_rank >= 0) {
         double capacity = 0;
-        for (const RankCost& rc : c.members)
-          if (rc.rank == c.worst_memory_rank) capacity = rc.memory_capacity_bytes;
-        const double sf = state_bytes / capacity;
-        if (c.max_memory_fraction > sf)
-          cap[g] =
-              std::min(cap[g], tokens[g] * (kMemoryCapMargin - sf) / (c.max_memory_fraction - sf));
+        for (const RankCost& rank_cost : cost.members)
+          if (rank_cost.rank == cost.worst_memory_rank) capacity = rank_cost.memory_capacity_bytes;
+        const double state_fraction = state_bytes / capacity;
+        if (cost.max_memory_fraction > state_fraction)
+          cap[g] = std::min(cap[g], tokens[g] * (kMemoryCapMargin - state_fraction) /
+                                        (cost.max_memory_fraction - state_fraction));
         cap[g] = std::max(cap[g], 0.0);
       }
       any = any || per_token[g] > 0;
@@ -124,19 +125,19 @@ std::vector<int64_t> BalanceTokens(const CostModel& model, const Structure& stru
     // Groups without tokens: give them the rate estimate of their weight relative to others.
     const std::vector<double> rates = RateWeights(model, structure);
     double ref_ratio = 0;
-    for (int g = 0; g < k; ++g)
+    for (int g = 0; g < num_groups; ++g)
       if (per_token[g] > 0) ref_ratio = std::max(ref_ratio, per_token[g] * rates[g]);
-    for (int g = 0; g < k; ++g)
+    for (int g = 0; g < num_groups; ++g)
       if (per_token[g] <= 0) per_token[g] = ref_ratio / std::max(rates[g], 1e-30);
     auto take = [&](double tau) {
       double sum = 0;
-      for (int g = 0; g < k; ++g) sum += std::min(cap[g], tau / per_token[g]);
+      for (int g = 0; g < num_groups; ++g) sum += std::min(cap[g], tau / per_token[g]);
       return sum;
     };
     const double total_cap = std::accumulate(cap.begin(), cap.end(), 0.0);
-    std::vector<double> target(k);
+    std::vector<double> target(num_groups);
     if (total_cap < seq) {
-      for (int g = 0; g < k; ++g) target[g] = cap[g] > 0 ? cap[g] : 1e-9;
+      for (int g = 0; g < num_groups; ++g) target[g] = cap[g] > 0 ? cap[g] : 1e-9;
     } else {
       double lo = 0, hi = 1;
       while (take(hi) < seq) hi *= 2;
@@ -144,27 +145,21 @@ std::vector<int64_t> BalanceTokens(const CostModel& model, const Structure& stru
         const double mid = 0.5 * (lo + hi);
         (take(mid) < seq ? lo : hi) = mid;
       }
-      for (int g = 0; g < k; ++g) target[g] = std::min(cap[g], hi / per_token[g]);
+      for (int g = 0; g < num_groups; ++g) target[g] = std::min(cap[g], hi / per_token[g]);
     }
     tokens = LargestRemainder(seq, target);
   }
   return tokens;
 }
 
-// Class-level search: groups with the same make-up (device kinds and size) form a class, and
-// the descent of single groups cannot move a class whose groups all tie at the maximum. Here each
-// class's share of the sequence (a multiplicative factor on its groups' tokens) and its front
-// fraction (asymmetric zigzag: cheap front tokens versus costly back tokens) are searched by a
-// pattern search with full re-scoring. Returns the improved layout.
-Layout ClassSearch(const CostModel& model, Layout layout, int max_evaluations, const Clock& clock) {
-  const Cluster& cluster = model.cluster();
-  const int64_t seq = model.workload().seq_len;
-  std::vector<int> active;
-  for (int g = 0; g < static_cast<int>(layout.size()); ++g)
-    if (layout[g].total() > 0) active.push_back(g);
-  if (active.size() < 2) return layout;
+namespace {
+
+// The class of each active group (its sorted device kinds), into `class_of` (-1: inactive);
+// returns the number of classes.
+int GroupClasses(const Cluster& cluster, const Layout& layout, const std::vector<int>& active,
+                 std::vector<int>& class_of) {
   std::map<std::vector<int>, int> class_of_key;
-  std::vector<int> class_of(layout.size(), -1);
+  class_of.assign(layout.size(), -1);
   for (int g : active) {
     std::vector<int> key;
     for (int rank : layout[g].ranks) key.push_back(cluster.ranks[rank].kind);
@@ -172,23 +167,42 @@ Layout ClassSearch(const CostModel& model, Layout layout, int max_evaluations, c
     auto [it, inserted] = class_of_key.emplace(key, static_cast<int>(class_of_key.size()));
     class_of[g] = it->second;
   }
-  const int classes = static_cast<int>(class_of_key.size());
+  return static_cast<int>(class_of_key.size());
+}
+
+}  // namespace
+
+// Class-level search: groups with the same make-up (device kinds and size) form a class, and
+// the descent of single groups cannot move a class whose groups all tie at the maximum. Here each
+// class's share of the sequence (a multiplicative factor on its groups' tokens) and its front
+// fraction (asymmetric zigzag: cheap front tokens versus costly back tokens) are searched by a
+// pattern search with full re-scoring. Returns the improved layout.
+Layout ClassSearch(const CostModel& model, Layout layout, int max_evaluations, const Clock& clock) {
+  const int64_t seq = model.workload().seq_len;
+  std::vector<int> active;
+  for (int g = 0; g < static_cast<int>(layout.size()); ++g)
+    if (layout[g].total() > 0) active.push_back(g);
+  if (active.size() < 2) return layout;
+  std::vector<int> class_of;
+  const int classes = GroupClasses(model.cluster(), layout, active, class_of);
   const Layout base = layout;
   auto build = [&](const std::vector<double>& factor, const std::vector<double>& front) {
-    std::vector<double> w;
-    for (int g : active) w.push_back(base[g].total() * factor[class_of[g]]);
-    const std::vector<int64_t> totals = LargestRemainder(seq, w);
+    std::vector<double> weights;
+    for (int g : active) weights.push_back(base[g].total() * factor[class_of[g]]);
+    const std::vector<int64_t> totals = LargestRemainder(seq, weights);
     Layout out = base;
     for (size_t i = 0; i < active.size(); ++i) {
-      GroupLayout& gl = out[active[i]];
-      const int64_t t = totals[i];
-      if (t == 0) return Layout{};
-      const double f = front[class_of[active[i]]];
-      gl.front = f < 0 ? gl.front * t / std::max<int64_t>(1, gl.total())
-                       : static_cast<int64_t>(std::llround(t * f));
-      gl.back = t - gl.front;
-      std::vector<double> mw(gl.tokens.begin(), gl.tokens.end());
-      gl.tokens = LargestRemainder(t, mw);
+      GroupLayout& group_layout = out[active[i]];
+      const int64_t group_total = totals[i];
+      if (group_total == 0) return Layout{};
+      const double front_fraction = front[class_of[active[i]]];
+      group_layout.front =
+          front_fraction < 0
+              ? group_layout.front * group_total / std::max<int64_t>(1, group_layout.total())
+              : static_cast<int64_t>(std::llround(group_total * front_fraction));
+      group_layout.back = group_total - group_layout.front;
+      std::vector<double> member_weights(group_layout.tokens.begin(), group_layout.tokens.end());
+      group_layout.tokens = LargestRemainder(group_total, member_weights);
     }
     return out;
   };
@@ -199,39 +213,39 @@ Layout ClassSearch(const CostModel& model, Layout layout, int max_evaluations, c
     bool improved = true;
     while (improved && evaluations < max_evaluations && !clock.Expired()) {
       improved = false;
-      for (int c = 0; c < classes && classes > 1; ++c)
+      for (int class_index = 0; class_index < classes && classes > 1; ++class_index)
         for (double dir : {1.0, -1.0}) {
-          std::vector<double> f = factor;
-          f[c] *= 1 + dir * step;
-          Layout trial = build(f, front);
+          std::vector<double> trial_factor = factor;
+          trial_factor[class_index] *= 1 + dir * step;
+          Layout trial = build(trial_factor, front);
           if (trial.empty()) continue;
           ++evaluations;
-          const Objective s = PlanState(model, trial, &best).score();
-          if (Less(s, best)) {
-            best = s;
-            factor = f;
+          const Objective score = PlanState(model, trial, &best).score();
+          if (Less(score, best)) {
+            best = score;
+            factor = trial_factor;
             layout = std::move(trial);
             improved = true;
           }
         }
-      for (int c = 0; c < classes; ++c)
+      for (int class_index = 0; class_index < classes; ++class_index)
         for (double dir : {1.0, -1.0}) {
-          std::vector<double> fr = front;
-          if (fr[c] < 0) {
+          std::vector<double> trial_front = front;
+          if (trial_front[class_index] < 0) {
             for (int g : active)
-              if (class_of[g] == c) {
-                fr[c] = static_cast<double>(base[g].front) / base[g].total();
+              if (class_of[g] == class_index) {
+                trial_front[class_index] = static_cast<double>(base[g].front) / base[g].total();
                 break;
               }
           }
-          fr[c] = std::clamp(fr[c] + dir * step, 0.0, 1.0);
-          Layout trial = build(factor, fr);
+          trial_front[class_index] = std::clamp(trial_front[class_index] + dir * step, 0.0, 1.0);
+          Layout trial = build(factor, trial_front);
           if (trial.empty()) continue;
           ++evaluations;
-          const Objective s = PlanState(model, trial, &best).score();
-          if (Less(s, best)) {
-            best = s;
-            front = fr;
+          const Objective score = PlanState(model, trial, &best).score();
+          if (Less(score, best)) {
+            best = score;
+            front = trial_front;
             layout = std::move(trial);
             improved = true;
           }
@@ -247,15 +261,15 @@ namespace {
 
 using namespace sched_internal;
 
-std::string SizesName(const Structure& s) {
+std::string SizesName(const Structure& structure) {
   std::string out;
   std::map<size_t, int> sizes;  // ordered: deterministic
-  for (const auto& g : s.groups) ++sizes[g.size()];
+  for (const auto& group : structure.groups) ++sizes[group.size()];
   for (const auto& [size, count] : sizes) {
     if (!out.empty()) out += ",";
     out += std::to_string(count) + "x" + std::to_string(size);
   }
-  if (!s.idle.empty()) out += " idle=" + std::to_string(s.idle.size());
+  if (!structure.idle.empty()) out += " idle=" + std::to_string(structure.idle.size());
   return out;
 }
 
@@ -263,33 +277,33 @@ std::string SizesName(const Structure& s) {
 // equal parts; above it merges consecutive domains of the kind. size 0: the kind is idle.
 Structure FromSizes(const Cluster& cluster, const std::vector<Supernode>& domains,
                     const std::vector<int>& size_by_kind, const std::vector<int>& kind_order) {
-  Structure s;
+  Structure structure;
   for (int kind : kind_order) {
     const int size = size_by_kind[kind];
     std::vector<int> pending;
-    for (const Supernode& d : domains) {
-      if (d.kind != kind) continue;
+    for (const Supernode& domain : domains) {
+      if (domain.kind != kind) continue;
       if (size == 0) {
-        s.idle.insert(s.idle.end(), d.ranks.begin(), d.ranks.end());
+        structure.idle.insert(structure.idle.end(), domain.ranks.begin(), domain.ranks.end());
         continue;
       }
-      const int n = static_cast<int>(d.ranks.size());
-      if (size <= n) {
-        for (int start = 0; start < n; start += size)
-          s.groups.emplace_back(d.ranks.begin() + start,
-                                d.ranks.begin() + std::min(n, start + size));
+      const int domain_size = static_cast<int>(domain.ranks.size());
+      if (size <= domain_size) {
+        for (int start = 0; start < domain_size; start += size)
+          structure.groups.emplace_back(domain.ranks.begin() + start,
+                                        domain.ranks.begin() + std::min(domain_size, start + size));
       } else {
-        pending.insert(pending.end(), d.ranks.begin(), d.ranks.end());
+        pending.insert(pending.end(), domain.ranks.begin(), domain.ranks.end());
         if (static_cast<int>(pending.size()) >= size) {
-          s.groups.push_back(pending);
+          structure.groups.push_back(pending);
           pending.clear();
         }
       }
     }
-    if (!pending.empty()) s.groups.push_back(pending);
+    if (!pending.empty()) structure.groups.push_back(pending);
   }
   (void)cluster;
-  return s;
+  return structure;
 }
 
 struct Scored {
@@ -408,7 +422,7 @@ class CandidatePool {
   std::vector<Objective> seen_scores_;
 };
 
-std::string RanksName(const Structure& s) {
+std::string RanksName(const Structure& structure) {
   auto list = [](const std::vector<int>& ranks) {
     std::string text = "[";
     for (size_t i = 0; i < ranks.size(); ++i) {
@@ -418,8 +432,8 @@ std::string RanksName(const Structure& s) {
     return text + "]";
   };
   std::string out = "groups=";
-  for (const auto& g : s.groups) out += list(g);
-  if (!s.idle.empty()) out += " idle=" + list(s.idle);
+  for (const auto& group : structure.groups) out += list(group);
+  if (!structure.idle.empty()) out += " idle=" + list(structure.idle);
   return out;
 }
 
@@ -427,11 +441,12 @@ std::string RanksName(const Structure& s) {
 // own (at the end of the ring) or to idle; an idle rank activated; two ranks of different devices
 // or nodes swapped between groups; two groups merged; two groups swapped in ring order. Members
 // stay sorted by rank; of interchangeable ranks (same kind, same node) only the first moves.
-std::vector<Structure> Neighbours(const Cluster& cluster, const Structure& s, int max_size) {
-  const int k = static_cast<int>(s.groups.size());
-  // Slot k is the idle set.
+std::vector<Structure> Neighbours(const Cluster& cluster, const Structure& structure,
+                                  int max_size) {
+  const int num_groups = static_cast<int>(structure.groups.size());
+  // Slot num_groups is the idle set.
   auto members = [&](int slot) -> const std::vector<int>& {
-    return slot < k ? s.groups[slot] : s.idle;
+    return slot < num_groups ? structure.groups[slot] : structure.idle;
   };
   auto same = [&](int a, int b) {
     return cluster.ranks[a].kind == cluster.ranks[b].kind &&
@@ -446,40 +461,42 @@ std::vector<Structure> Neighbours(const Cluster& cluster, const Structure& s, in
     }
     return out;
   };
-  // Builds a structure from per-slot member lists (slot k idle, slot k + 1 a new group).
+  // Builds a structure from per-slot member lists (slot num_groups idle, slot num_groups + 1 a new
+  // group).
   auto make = [&](std::vector<std::vector<int>> slots) {
     Structure out;
     for (int slot = 0; slot < static_cast<int>(slots.size()); ++slot) {
       std::sort(slots[slot].begin(), slots[slot].end());
-      if (slot == k)
+      if (slot == num_groups)
         out.idle = slots[slot];
       else if (!slots[slot].empty())
         out.groups.push_back(slots[slot]);
     }
     return out;
   };
-  std::vector<std::vector<int>> base(s.groups.begin(), s.groups.end());
-  base.push_back(s.idle);
+  std::vector<std::vector<int>> base(structure.groups.begin(), structure.groups.end());
+  base.push_back(structure.idle);
   base.emplace_back();  // a new group
   std::vector<Structure> out;
-  auto push = [&](Structure t) {
-    if (t.groups.empty()) return;
-    for (const auto& g : t.groups)
+  auto push = [&](Structure candidate) {
+    if (candidate.groups.empty()) return;
+    for (const auto& g : candidate.groups)
       if (static_cast<int>(g.size()) > max_size) return;
-    out.push_back(std::move(t));
+    out.push_back(std::move(candidate));
   };
-  for (int from = 0; from <= k; ++from)
+  for (int from = 0; from <= num_groups; ++from)
     for (int rank : movers(from))
-      for (int to = 0; to <= k + 1; ++to) {
+      for (int to = 0; to <= num_groups + 1; ++to) {
         if (to == from) continue;
-        if (to == k + 1 && from < k && s.groups[from].size() == 1) continue;
+        if (to == num_groups + 1 && from < num_groups && structure.groups[from].size() == 1)
+          continue;
         std::vector<std::vector<int>> slots = base;
         std::erase(slots[from], rank);
         slots[to].push_back(rank);
         push(make(std::move(slots)));
       }
-  for (int a = 0; a <= k; ++a)
-    for (int b = a + 1; b <= k; ++b)
+  for (int a = 0; a <= num_groups; ++a)
+    for (int b = a + 1; b <= num_groups; ++b)
       for (int x : movers(a))
         for (int y : movers(b)) {
           if (same(x, y)) continue;
@@ -490,45 +507,46 @@ std::vector<Structure> Neighbours(const Cluster& cluster, const Structure& s, in
           slots[b].push_back(x);
           push(make(std::move(slots)));
         }
-  for (int a = 0; a < k; ++a)
-    for (int b = a + 1; b < k; ++b) {
+  for (int a = 0; a < num_groups; ++a)
+    for (int b = a + 1; b < num_groups; ++b) {
       std::vector<std::vector<int>> slots = base;
       slots[a].insert(slots[a].end(), slots[b].begin(), slots[b].end());
       slots[b].clear();
       push(make(std::move(slots)));
-      if (k >= 3) {
-        Structure t = s;
-        std::swap(t.groups[a], t.groups[b]);
-        push(std::move(t));
+      if (num_groups >= 3) {
+        Structure candidate = structure;
+        std::swap(candidate.groups[a], candidate.groups[b]);
+        push(std::move(candidate));
       }
     }
   return out;
 }
 
 // Groups of complementary speed: ranks, fastest first, each to the group with the least
-// aggregate speed so far that has room (longest-processing-time rule), for `k` groups; groups
-// mix device types. Members sorted by rank.
-Structure BalancedGroups(const Cluster& cluster, int k, int max_size) {
+// aggregate speed so far that has room (longest-processing-time rule), for `num_groups` groups;
+// groups mix device types. Members sorted by rank.
+Structure BalancedGroups(const Cluster& cluster, int num_groups, int max_size) {
   std::vector<int> order(cluster.num_ranks());
   std::iota(order.begin(), order.end(), 0);
   auto speed = [&](int rank) {
     return cluster.device(rank).GemmFlops() + cluster.device(rank).AttentionFlops();
   };
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return speed(a) > speed(b); });
-  Structure s;
-  s.groups.resize(k);
-  std::vector<double> load(k, 0);
+  Structure structure;
+  structure.groups.resize(num_groups);
+  std::vector<double> load(num_groups, 0);
   for (int rank : order) {
     int target = -1;
-    for (int g = 0; g < k; ++g)
-      if (static_cast<int>(s.groups[g].size()) < max_size && (target < 0 || load[g] < load[target]))
+    for (int g = 0; g < num_groups; ++g)
+      if (static_cast<int>(structure.groups[g].size()) < max_size &&
+          (target < 0 || load[g] < load[target]))
         target = g;
     if (target < 0) return Structure{};
-    s.groups[target].push_back(rank);
+    structure.groups[target].push_back(rank);
     load[target] += speed(rank);
   }
-  for (auto& g : s.groups) std::sort(g.begin(), g.end());
-  return s;
+  for (auto& g : structure.groups) std::sort(g.begin(), g.end());
+  return structure;
 }
 
 // Steepest-descent over group structures from `start`: every neighbour is scored by the pool
@@ -540,11 +558,11 @@ void StructureSearch(const Cluster& cluster, CandidatePool& pool, Structure star
     Objective best = current;
     Structure best_structure;
     bool found = false;
-    for (Structure& t : Neighbours(cluster, start, max_size)) {
-      const Objective score = pool.Add(t, RanksName(t));
+    for (Structure& candidate : Neighbours(cluster, start, max_size)) {
+      const Objective score = pool.Add(candidate, RanksName(candidate));
       if (Less(score, best)) {
         best = score;
-        best_structure = std::move(t);
+        best_structure = std::move(candidate);
         found = true;
       }
       if (clock.Expired()) break;
@@ -555,15 +573,18 @@ void StructureSearch(const Cluster& cluster, CandidatePool& pool, Structure star
   }
 }
 
-// Divisor-like group sizes for a domain of n ranks: n, n/2, ... 1, and merges 2n, 4n (<= H).
-std::vector<int> SizeOptions(int n, int max_size, int kind_total) {
+// Divisor-like group sizes for a domain of `domain_size` ranks: n, n/2, ... 1, and merges 2n, 4n,
+// 8n (n = domain_size; at most max_size and the kind's total).
+std::vector<int> SizeOptions(int domain_size, int max_size, int kind_total) {
   std::vector<int> out;
-  for (int s = n; s >= 1; s /= 2) {
-    if (s <= max_size && (n % s == 0)) out.push_back(s);
-    if (s == 1) break;
+  for (int size = domain_size; size >= 1; size /= 2) {
+    if (size <= max_size && (domain_size % size == 0)) out.push_back(size);
+    if (size == 1) break;
   }
-  for (int s = 2 * n; s <= std::min(max_size, kind_total) && s <= 8 * n; s *= 2) out.push_back(s);
-  if (out.empty()) out.push_back(std::min(n, max_size));
+  for (int size = 2 * domain_size;
+       size <= std::min(max_size, kind_total) && size <= 8 * domain_size; size *= 2)
+    out.push_back(size);
+  if (out.empty()) out.push_back(std::min(domain_size, max_size));
   return out;
 }
 
@@ -851,9 +872,9 @@ SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& option
     std::stable_sort(
         table.begin(), table.end(), [](const CandidateRecord& a, const CandidateRecord& b) {
           if (a.feasible != b.feasible) return a.feasible;
-          const double ta = a.refined_seconds > 0 ? a.refined_seconds : a.iteration_seconds;
-          const double tb = b.refined_seconds > 0 ? b.refined_seconds : b.iteration_seconds;
-          return ta < tb;
+          const double seconds_a = a.refined_seconds > 0 ? a.refined_seconds : a.iteration_seconds;
+          const double seconds_b = b.refined_seconds > 0 ? b.refined_seconds : b.iteration_seconds;
+          return seconds_a < seconds_b;
         });
   }
   report(1);

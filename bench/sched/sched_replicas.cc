@@ -45,7 +45,7 @@ Timing Seconds(F&& run) {
 // The best feasible baseline time over every open training configuration.
 double BestBaseline(const CostModel& model, const ScheduleOptions& options) {
   double best = 1e300;
-  for (const std::string& name : {"ring", "ulysses", "usp", "hetero-ring", "subset"}) {
+  for (const std::string name : {"ring", "ulysses", "usp", "hetero-ring", "subset"}) {
     auto result = RunStrategy(model.problem(), name, options);
     if (result && result->feasible()) best = std::min(best, result->cost.iteration_seconds);
   }
@@ -151,7 +151,7 @@ int Quality() {
     const CostModel model(sched_test::MixedCluster(c.gpus), sched_test::Model("llama3-8b"),
                           workload);
     double hexiseq = 0;
-    for (const std::string& name : {"hexiseq", "ring", "ulysses", "usp", "hetero-ring", "subset"}) {
+    for (const std::string name : {"hexiseq", "ring", "ulysses", "usp", "hetero-ring", "subset"}) {
       auto result = RunStrategy(model.problem(), name, automatic);
       const bool scored = result && result->feasible();
       if (scored && name == "hexiseq") hexiseq = result->cost.iteration_seconds;

@@ -596,288 +596,370 @@ int64_t AutoTrials(int num_ranks, int num_groups) {
   return std::max<int64_t>(1000, 2 * num_groups);
 }
 
+// One run of the scheduler: its phases in order, sharing the candidate pool and the refined
+// plans (RunScheduler is the driver).
+class SchedulerRun {
+ public:
+  SchedulerRun(const CostModel& model, const ScheduleOptions& options, bool quick, bool rank_search)
+      : model_(model),
+        options_(options),
+        cluster_(model.cluster()),
+        clock_(options.deadline),
+        quick_(quick),
+        small_(rank_search && model.cluster().num_ranks() <= kStructureSearchUpTo),
+        heads_(model.model().heads),
+        pool_(model) {}
+
+  void Report(double fraction) const {
+    if (options_.progress) options_.progress(std::min(1.0, fraction));
+  }
+
+  // Baselines: seeds of the pool and the floor the result must beat.
+  void ScoreBaselines(const std::vector<StrategyResult>* scored) {
+    baselines_ = scored ? *scored : AllBaselines(model_.problem(), clock_);
+    if (!clock_.Expired()) baselines_.push_back(ProportionalPlan(model_));
+  }
+
+  // Group-level candidates: per-kind group sizes by coordinate passes, other ring orders,
+  // merged domains, one group of all, the baselines' layouts, and on small clusters the
+  // rank-level structure search.
+  void GroupCandidates() {
+    Topology();
+    const std::vector<int> sizes = SizePasses();
+    OrdersAndMerges(sizes);
+    SeedBaselines();
+    if (!quick_ && small_ && !clock_.Expired()) RankLevelSearch();
+    Report(0.45);
+  }
+
+  // The candidates to refine: the best K, fast infeasible ones, and on small clusters the
+  // memberships closest to fitting.
+  void ChooseTop() {
+    // Small clusters refine more distinct structures (refinement is cheap there).
+    const int top_k = std::max(1, quick_   ? 1
+                                  : small_ ? std::max(options_.top_k, kSmallClusterTopK)
+                                           : options_.top_k);
+    top_ = pool_.Top(top_k);
+    if (!quick_) AddUnfitSeeds();
+    if (clock_.Expired()) top_.resize(1);  // past the deadline only the best is refined
+    int num_groups = 0;
+    for (const Scored* scored : top_) num_groups = std::max<int>(num_groups, scored->layout.size());
+    trials_ = quick_ ? 0
+                     : (options_.max_trials > 0 ? options_.max_trials
+                                                : AutoTrials(cluster_.num_ranks(), num_groups));
+  }
+
+  void RefineTop() {
+    refined_.assign(top_.size(), Layout{});
+    refined_score_.assign(top_.size(), Objective{});
+    refined_seconds_.assign(top_.size(), 0);
+    const int threads = std::max(1, std::min<int>(options_.threads, top_.size()));
+    if (threads <= 1) {
+      for (size_t i = 0; i < top_.size(); ++i) {
+        Refine(i);
+        Report(0.45 + 0.5 * (i + 1) / top_.size());
+      }
+    } else {
+      std::vector<std::thread> workers;
+      for (int thread = 0; thread < threads; ++thread)
+        workers.emplace_back([&, thread] {
+          for (size_t i = thread; i < top_.size(); i += threads) Refine(i);
+        });
+      for (std::thread& worker : workers) worker.join();
+      Report(0.95);
+    }
+    if (!quick_ && small_) {
+      RescueMemoryBound();
+      OtherRingOrders();
+    }
+  }
+
+  // The best refined plan, re-scored in full, against every baseline.
+  SearchOutcome Choose() const {
+    SearchOutcome out;
+    bool have = false;
+    for (size_t i = 0; i < top_.size(); ++i) {
+      StrategyResult result =
+          Score(model_, BuildPlan(model_, refined_[i], "hexiseq", top_[i]->name + " refined"),
+                top_[i]->name + " refined");
+      if (!have || Better(result, out.best)) {
+        out.best = std::move(result);
+        have = true;
+      }
+    }
+    if (have && out.best.feasible()) out.best_all_ranks = out.best;
+    for (const StrategyResult& baseline : baselines_) {
+      if (!baseline.applicable) continue;
+      if (baseline.feasible() && baseline.plan.left_out.empty() &&
+          (!out.best_all_ranks || Better(baseline, *out.best_all_ranks)))
+        out.best_all_ranks = baseline;
+      if (!have || Better(baseline, out.best)) {
+        out.best = AsSearchResult(baseline, "hexiseq");
+        have = true;
+      }
+    }
+    out.best.strategy = "hexiseq";
+    out.best.plan.strategy = "hexiseq";
+    out.best.plan.config = out.best.config;
+    out.best.applicable = true;
+    return out;
+  }
+
+  // Every candidate scored, refined ones with their refined time, and the baselines, fastest
+  // feasible first (ScheduleOptions::candidates).
+  void RecordCandidates(std::vector<CandidateRecord>& table) const {
+    table.clear();
+    for (const Scored& scored : pool_.items())
+      table.push_back(
+          {scored.name, scored.seconds, 0, scored.score.feasible, scored.max_memory_fraction});
+    for (size_t i = 0; i < top_.size(); ++i)
+      for (CandidateRecord& record : table)
+        if (record.name == top_[i]->name) record.refined_seconds = refined_seconds_[i];
+    for (const StrategyResult& baseline : baselines_)
+      if (baseline.applicable)
+        table.push_back({"baseline " + baseline.strategy + " " + baseline.config,
+                         baseline.cost.iteration_seconds, 0, baseline.cost.feasible,
+                         baseline.cost.max_memory_fraction});
+    auto seconds_of = [](const CandidateRecord& record) {
+      return record.refined_seconds > 0 ? record.refined_seconds : record.iteration_seconds;
+    };
+    std::stable_sort(table.begin(), table.end(),
+                     [&](const CandidateRecord& a, const CandidateRecord& b) {
+                       if (a.feasible != b.feasible) return a.feasible;
+                       return seconds_of(a) < seconds_of(b);
+                     });
+  }
+
+ private:
+  static std::string NameOf(const Structure& structure) { return "groups=" + SizesName(structure); }
+
+  void Topology() {
+    domains_ = PartitionTopology(cluster_);
+    const int num_kinds = static_cast<int>(cluster_.kinds.size());
+    kind_order_.resize(num_kinds);
+    std::iota(kind_order_.begin(), kind_order_.end(), 0);
+    domain_size_.assign(num_kinds, 1);
+    kind_total_.assign(num_kinds, 0);
+    for (const Supernode& domain : domains_) {
+      domain_size_[domain.kind] =
+          std::max(domain_size_[domain.kind], static_cast<int>(domain.ranks.size()));
+      kind_total_[domain.kind] += static_cast<int>(domain.ranks.size());
+    }
+    for (int kind = 0; kind < num_kinds; ++kind)
+      if (kind_total_[kind] > 0) present_.push_back(kind);
+  }
+
+  // Coordinate passes over the per-kind group sizes (0: the kind idle); returns the best sizes.
+  std::vector<int> SizePasses() {
+    std::vector<int> sizes(cluster_.kinds.size(), 0);
+    for (int kind : present_) sizes[kind] = std::min(domain_size_[kind], heads_);
+    Structure current = FromSizes(cluster_, domains_, sizes, kind_order_);
+    Objective current_score = pool_.Add(current, NameOf(current));
+    const int passes = quick_ || cluster_.num_ranks() > kTwoPassesUpTo ? 1 : kStructurePasses;
+    for (int pass = 0; pass < passes; ++pass) {
+      for (int kind : present_) {
+        std::vector<int> size_options = SizeOptions(domain_size_[kind], heads_, kind_total_[kind]);
+        if (present_.size() > 1) size_options.push_back(0);  // the kind idle
+        for (int option : size_options) {
+          if (option == sizes[kind]) continue;
+          std::vector<int> trial = sizes;
+          trial[kind] = option;
+          if (std::all_of(present_.begin(), present_.end(),
+                          [&](int other) { return trial[other] == 0; }))
+            continue;
+          Structure structure = FromSizes(cluster_, domains_, trial, kind_order_);
+          const Objective score = pool_.Add(structure, NameOf(structure));
+          if (Less(score, current_score)) {
+            current_score = score;
+            sizes = trial;
+          }
+          if (clock_.Expired()) break;
+        }
+      }
+      Report(0.1 + 0.3 * (pass + 1) / passes);
+    }
+    return sizes;
+  }
+
+  // Ring orders (kinds by NIC bandwidth, fast links next to each other, then reversed), merged
+  // domains across kinds (consecutive domains in blocks of 2 and 4) and one group of all.
+  void OrdersAndMerges(const std::vector<int>& sizes) {
+    if (!clock_.Expired()) {
+      std::vector<int> by_nic = kind_order_;
+      std::stable_sort(by_nic.begin(), by_nic.end(), [&](int a, int b) {
+        return cluster_.kinds[a].nic_bytes_per_second > cluster_.kinds[b].nic_bytes_per_second;
+      });
+      Structure structure = FromSizes(cluster_, domains_, sizes, by_nic);
+      pool_.Add(structure, NameOf(structure) + " order=nic");
+      std::vector<int> reversed(kind_order_.rbegin(), kind_order_.rend());
+      Structure reversed_structure = FromSizes(cluster_, domains_, sizes, reversed);
+      pool_.Add(reversed_structure, NameOf(reversed_structure) + " order=reversed");
+    }
+    for (int block : {2, 4}) {
+      if (static_cast<int>(domains_.size()) < block || clock_.Expired()) break;
+      Structure structure;
+      for (size_t start = 0; start < domains_.size(); start += block) {
+        std::vector<int> ranks;
+        for (size_t domain = start; domain < std::min(domains_.size(), start + block); ++domain)
+          ranks.insert(ranks.end(), domains_[domain].ranks.begin(), domains_[domain].ranks.end());
+        structure.groups.push_back(ranks);
+      }
+      if (std::all_of(structure.groups.begin(), structure.groups.end(),
+                      [&](const auto& group) { return static_cast<int>(group.size()) <= heads_; }))
+        pool_.Add(structure, "groups=merged" + std::to_string(block) + " " + SizesName(structure));
+    }
+    if (cluster_.num_ranks() <= heads_ && !clock_.Expired()) {
+      Structure all;
+      all.groups.emplace_back();
+      for (int rank = 0; rank < cluster_.num_ranks(); ++rank) all.groups[0].push_back(rank);
+      pool_.Add(all, "groups=all");
+    }
+  }
+
+  // Baselines that have the layout form join the pool as seeds.
+  void SeedBaselines() {
+    for (const StrategyResult& baseline : baselines_) {
+      if (!baseline.applicable || clock_.Expired()) continue;
+      Layout layout;
+      if (LayoutFromPlan(baseline.plan, layout))
+        pool_.Push("baseline " + baseline.strategy +
+                       (baseline.config.empty() ? "" : " " + baseline.config),
+                   std::move(layout));
+    }
+  }
+
+  // Small clusters, from the best few distinct structures: groups that mix device types, ranks
+  // left idle one at a time, uneven group sizes.
+  void RankLevelSearch() {
+    for (int num_groups = 2; num_groups < cluster_.num_ranks(); ++num_groups) {
+      Structure structure = BalancedGroups(cluster_, num_groups, heads_);
+      if (!structure.groups.empty()) pool_.Add(structure, "balanced-mix " + RanksName(structure));
+    }
+    std::vector<Structure> starts;
+    for (const Scored* scored : pool_.Top(kStructureSearchStarts))
+      starts.push_back(CandidatePool::StructureOf(scored->layout));
+    for (Structure& start : starts)
+      StructureSearch(cluster_, pool_, std::move(start), heads_, kStructureSearchRounds, clock_);
+  }
+
+  // Adds `scored` to the refined set unless its membership is already there.
+  bool AddDistinct(const Scored* scored, std::vector<std::vector<std::vector<int>>>& memberships) {
+    std::vector<std::vector<int>> key = CandidatePool::MembershipKey(scored->layout);
+    if (std::find(memberships.begin(), memberships.end(), key) != memberships.end()) return false;
+    memberships.push_back(std::move(key));
+    if (std::find(top_.begin(), top_.end(), scored) == top_.end()) top_.push_back(scored);
+    return true;
+  }
+
+  // Infeasible candidates that are fast may become feasible under the descent (it lowers memory
+  // first): the fastest few, one per membership. On small clusters also the memberships closest
+  // to fitting: the descent's uneven token and head splits often make them fit at little cost.
+  void AddUnfitSeeds() {
+    std::vector<const Scored*> fast;
+    for (const Scored& scored : pool_.items())
+      if (!scored.score.feasible && scored.max_memory_fraction < kInfeasibleSeedFraction)
+        fast.push_back(&scored);
+    std::stable_sort(fast.begin(), fast.end(),
+                     [](const Scored* a, const Scored* b) { return a->seconds < b->seconds; });
+    std::vector<std::vector<std::vector<int>>> memberships;
+    const size_t seeds = small_ ? 2 * kInfeasibleSeeds : kInfeasibleSeeds;
+    for (const Scored* scored : fast) {
+      if (memberships.size() >= seeds) break;
+      AddDistinct(scored, memberships);
+    }
+    if (!small_) return;
+    std::vector<const Scored*> close;
+    for (const Scored& scored : pool_.items())
+      if (!scored.score.feasible && scored.max_memory_fraction < kCloseToFitting)
+        close.push_back(&scored);
+    std::stable_sort(close.begin(), close.end(), [](const Scored* a, const Scored* b) {
+      return a->max_memory_fraction < b->max_memory_fraction;
+    });
+    size_t added = 0;
+    for (const Scored* scored : close) {
+      if (added >= kCloseSeeds) break;
+      if (AddDistinct(scored, memberships)) ++added;
+    }
+  }
+
+  void Refine(size_t index) {
+    Layout start = top_[index]->layout;
+    if (!quick_ && cluster_.num_ranks() <= kClassSearchUpTo)
+      start = ClassSearch(model_, std::move(start), kClassEvaluations, clock_);
+    PlanState state(model_, start);
+    if (trials_ > 0) Descend(state, trials_, [&] { return clock_.Expired(); });
+    refined_[index] = state.layout();
+    refined_score_[index] = state.score();
+    refined_seconds_[index] = state.IterationSeconds();
+  }
+
+  // When no refined candidate fits, refine more memberships, closest to fitting first (the
+  // descent lowers memory by uneven token and head splits that the group-level scores miss).
+  void RescueMemoryBound() {
+    if (std::any_of(refined_score_.begin(), refined_score_.end(),
+                    [](const Objective& score) { return score.feasible; }))
+      return;
+    for (const Scored* scored : pool_.Top(kRescueCandidates)) {
+      if (std::find(top_.begin(), top_.end(), scored) != top_.end()) continue;
+      if (scored->max_memory_fraction >= kInfeasibleSeedFraction || clock_.Expired()) continue;
+      top_.push_back(scored);
+      refined_.emplace_back();
+      refined_score_.emplace_back();
+      refined_seconds_.push_back(0);
+      Refine(top_.size() - 1);
+    }
+  }
+
+  // Other ring orders of the best few refined plans.
+  void OtherRingOrders() {
+    std::vector<size_t> by_score(top_.size());
+    std::iota(by_score.begin(), by_score.end(), size_t{0});
+    std::stable_sort(by_score.begin(), by_score.end(), [&](size_t a, size_t b) {
+      return Less(refined_score_[a], refined_score_[b]);
+    });
+    for (size_t rank = 0; rank < std::min(kOrderSearchStarts, by_score.size()); ++rank) {
+      const size_t index = by_score[rank];
+      PlanState state(model_,
+                      OrderSearch(model_, refined_[index], kClassEvaluations, trials_, clock_));
+      refined_[index] = state.layout();
+      refined_score_[index] = state.score();
+      refined_seconds_[index] = state.IterationSeconds();
+    }
+  }
+
+  const CostModel& model_;
+  const ScheduleOptions& options_;
+  const Cluster& cluster_;
+  const Clock& clock_;
+  const bool quick_, small_;
+  const int heads_;
+  std::vector<StrategyResult> baselines_;
+  std::vector<Supernode> domains_;
+  std::vector<int> kind_order_, domain_size_, kind_total_, present_;
+  CandidatePool pool_;
+  std::vector<const Scored*> top_;
+  int64_t trials_ = 0;
+  std::vector<Layout> refined_;
+  std::vector<Objective> refined_score_;
+  std::vector<double> refined_seconds_;
+};
+
 }  // namespace
 
 namespace sched_internal {
 
 SearchOutcome RunScheduler(const CostModel& model, const ScheduleOptions& options, bool quick,
                            bool rank_search, const std::vector<StrategyResult>* scored_baselines) {
-  const bool small =
-      rank_search && model.cluster().num_ranks() <= kStructureSearchUpTo;  // rank level
-  const Clock& clock = options.deadline;
-  const Cluster& cluster = model.cluster();
-  const int heads = model.model().heads;
-  auto report = [&](double f) {
-    if (options.progress) options.progress(std::min(1.0, f));
-  };
-  report(0);
-
-  // ---- Baselines (seeds and the floor the result must beat).
-  std::vector<StrategyResult> baselines =
-      scored_baselines ? *scored_baselines : AllBaselines(model.problem(), clock);
-  if (!clock.Expired()) baselines.push_back(ProportionalPlan(model));
-  report(0.05);
-
-  // ---- 1. Topology.
-  const std::vector<Supernode> domains = PartitionTopology(cluster);
-  const int num_kinds = static_cast<int>(cluster.kinds.size());
-  std::vector<int> kind_order(num_kinds);
-  std::iota(kind_order.begin(), kind_order.end(), 0);
-  std::vector<int> domain_size(num_kinds, 1), kind_total(num_kinds, 0);
-  for (const Supernode& d : domains) {
-    domain_size[d.kind] = std::max(domain_size[d.kind], static_cast<int>(d.ranks.size()));
-    kind_total[d.kind] += static_cast<int>(d.ranks.size());
-  }
-  std::vector<int> present;
-  for (int kind = 0; kind < num_kinds; ++kind)
-    if (kind_total[kind] > 0) present.push_back(kind);
-
-  // ---- 2. Group-level candidates.
-  CandidatePool pool(model);
-  std::vector<int> sizes(num_kinds, 0);
-  for (int kind : present) sizes[kind] = std::min(domain_size[kind], heads);
-  auto name_of = [&](const Structure& s) { return "groups=" + SizesName(s); };
-  Structure current = FromSizes(cluster, domains, sizes, kind_order);
-  Objective current_score = pool.Add(current, name_of(current));
-  const int passes = quick || cluster.num_ranks() > kTwoPassesUpTo ? 1 : kStructurePasses;
-  for (int pass = 0; pass < passes; ++pass) {
-    for (int kind : present) {
-      std::vector<int> options_k = SizeOptions(domain_size[kind], heads, kind_total[kind]);
-      if (present.size() > 1) options_k.push_back(0);  // the kind idle
-      for (int option : options_k) {
-        if (option == sizes[kind]) continue;
-        std::vector<int> trial = sizes;
-        trial[kind] = option;
-        if (std::all_of(present.begin(), present.end(), [&](int k) { return trial[k] == 0; }))
-          continue;
-        Structure s = FromSizes(cluster, domains, trial, kind_order);
-        const Objective sc = pool.Add(s, name_of(s));
-        if (Less(sc, current_score)) {
-          current_score = sc;
-          sizes = trial;
-          current = s;
-        }
-        if (clock.Expired()) break;
-      }
-    }
-    report(0.1 + 0.3 * (pass + 1) / passes);
-  }
-  // Ring order: kinds by NIC bandwidth (fast links next to each other), then reversed.
-  if (!clock.Expired()) {
-    std::vector<int> by_nic = kind_order;
-    std::stable_sort(by_nic.begin(), by_nic.end(), [&](int a, int b) {
-      return cluster.kinds[a].nic_bytes_per_second > cluster.kinds[b].nic_bytes_per_second;
-    });
-    Structure s = FromSizes(cluster, domains, sizes, by_nic);
-    pool.Add(s, name_of(s) + " order=nic");
-    std::vector<int> reversed(kind_order.rbegin(), kind_order.rend());
-    Structure r = FromSizes(cluster, domains, sizes, reversed);
-    pool.Add(r, name_of(r) + " order=reversed");
-  }
-  // Merged domains across kinds: consecutive domains in blocks of 2 and 4, and one group of all.
-  for (int block : {2, 4}) {
-    if (static_cast<int>(domains.size()) < block || clock.Expired()) break;
-    Structure s;
-    for (size_t start = 0; start < domains.size(); start += block) {
-      std::vector<int> ranks;
-      for (size_t d = start; d < std::min(domains.size(), start + block); ++d)
-        ranks.insert(ranks.end(), domains[d].ranks.begin(), domains[d].ranks.end());
-      s.groups.push_back(ranks);
-    }
-    if (std::all_of(s.groups.begin(), s.groups.end(),
-                    [&](const auto& g) { return static_cast<int>(g.size()) <= heads; }))
-      pool.Add(s, "groups=merged" + std::to_string(block) + " " + SizesName(s));
-  }
-  if (cluster.num_ranks() <= heads && !clock.Expired()) {
-    Structure all;
-    all.groups.emplace_back();
-    for (int rank = 0; rank < cluster.num_ranks(); ++rank) all.groups[0].push_back(rank);
-    pool.Add(all, "groups=all");
-  }
-  // Baselines that have the layout form join the pool as seeds.
-  for (const StrategyResult& b : baselines) {
-    if (!b.applicable || clock.Expired()) continue;
-    Layout layout;
-    if (LayoutFromPlan(b.plan, layout))
-      pool.Push("baseline " + b.strategy + (b.config.empty() ? "" : " " + b.config),
-                std::move(layout));
-  }
-  // Rank-level structure search on small clusters, from the best few distinct structures: finds
-  // groups that mix device types, ranks left idle one at a time, uneven group sizes.
-  if (!quick && small && !clock.Expired()) {
-    for (int k = 2; k < cluster.num_ranks(); ++k) {
-      Structure s = BalancedGroups(cluster, k, heads);
-      if (!s.groups.empty()) pool.Add(s, "balanced-mix " + RanksName(s));
-    }
-    std::vector<Structure> starts;
-    for (const Scored* s : pool.Top(kStructureSearchStarts))
-      starts.push_back(CandidatePool::StructureOf(s->layout));
-    for (Structure& start : starts)
-      StructureSearch(cluster, pool, std::move(start), heads, kStructureSearchRounds, clock);
-  }
-  report(0.45);
-
-  // ---- 3. Refinement of the best K.
-  // Small clusters refine more distinct structures (refinement is cheap there).
-  const int top_k = std::max(1, quick   ? 1
-                                : small ? std::max(options.top_k, kSmallClusterTopK)
-                                        : options.top_k);
-  std::vector<const Scored*> top = pool.Top(top_k);
-  // Infeasible candidates that are fast may become feasible under the descent (it lowers memory
-  // first): refine the fastest few of them too.
-  if (!quick) {
-    std::vector<const Scored*> fast;
-    for (const Scored& s : pool.items())
-      if (!s.score.feasible && s.max_memory_fraction < kInfeasibleSeedFraction) fast.push_back(&s);
-    std::stable_sort(fast.begin(), fast.end(),
-                     [](const Scored* a, const Scored* b) { return a->seconds < b->seconds; });
-    // One per membership, so different structures get a chance.
-    std::vector<std::vector<std::vector<int>>> structures;
-    const size_t seeds = small ? 2 * kInfeasibleSeeds : kInfeasibleSeeds;
-    for (const Scored* s : fast) {
-      if (structures.size() >= seeds) break;
-      std::vector<std::vector<int>> key = CandidatePool::MembershipKey(s->layout);
-      if (std::find(structures.begin(), structures.end(), key) != structures.end()) continue;
-      structures.push_back(std::move(key));
-      if (std::find(top.begin(), top.end(), s) == top.end()) top.push_back(s);
-    }
-    // On small clusters also the memberships closest to fitting (lowest memory maximum): the
-    // descent's uneven token and head splits often make them fit at little cost.
-    if (small) {
-      std::vector<const Scored*> close;
-      for (const Scored& s : pool.items())
-        if (!s.score.feasible && s.max_memory_fraction < kCloseToFitting) close.push_back(&s);
-      std::stable_sort(close.begin(), close.end(), [](const Scored* a, const Scored* b) {
-        return a->max_memory_fraction < b->max_memory_fraction;
-      });
-      size_t added = 0;
-      for (const Scored* s : close) {
-        if (added >= kCloseSeeds) break;
-        std::vector<std::vector<int>> key = CandidatePool::MembershipKey(s->layout);
-        if (std::find(structures.begin(), structures.end(), key) != structures.end()) continue;
-        structures.push_back(std::move(key));
-        if (std::find(top.begin(), top.end(), s) == top.end()) top.push_back(s);
-        ++added;
-      }
-    }
-  }
-  if (clock.Expired()) top.resize(1);  // past the deadline only the best candidate is refined
-  int num_groups = 0;
-  for (const Scored* s : top) num_groups = std::max<int>(num_groups, s->layout.size());
-  const int64_t trials =
-      quick ? 0
-            : (options.max_trials > 0 ? options.max_trials
-                                      : AutoTrials(cluster.num_ranks(), num_groups));
-  std::vector<Layout> refined(top.size());
-  std::vector<Objective> refined_score(top.size());
-  std::vector<double> refined_seconds(top.size());
-  auto refine = [&](size_t index) {
-    Layout start = top[index]->layout;
-    if (!quick && cluster.num_ranks() <= kClassSearchUpTo)
-      start = ClassSearch(model, std::move(start), kClassEvaluations, clock);
-    PlanState st(model, start);
-    if (trials > 0) Descend(st, trials, [&] { return clock.Expired(); });
-    refined[index] = st.layout();
-    refined_score[index] = st.score();
-    refined_seconds[index] = st.IterationSeconds();
-  };
-  const int threads = std::max(1, std::min<int>(options.threads, top.size()));
-  if (threads <= 1) {
-    for (size_t i = 0; i < top.size(); ++i) {
-      refine(i);
-      report(0.45 + 0.5 * (i + 1) / top.size());
-    }
-  } else {
-    std::vector<std::thread> workers;
-    for (int t = 0; t < threads; ++t)
-      workers.emplace_back([&, t] {
-        for (size_t i = t; i < top.size(); i += threads) refine(i);
-      });
-    for (std::thread& w : workers) w.join();
-    report(0.95);
-  }
-
-  // ---- Memory-bound small clusters: when no refined candidate fits, refine more memberships,
-  // closest to fitting first (the descent lowers memory by uneven token and head splits that the
-  // group-level scores do not see).
-  if (!quick && small &&
-      std::none_of(refined_score.begin(), refined_score.end(),
-                   [](const Objective& o) { return o.feasible; })) {
-    for (const Scored* s : pool.Top(kRescueCandidates)) {
-      if (std::find(top.begin(), top.end(), s) != top.end()) continue;
-      if (s->max_memory_fraction >= kInfeasibleSeedFraction || clock.Expired()) continue;
-      top.push_back(s);
-      refined.emplace_back();
-      refined_score.emplace_back();
-      refined_seconds.push_back(0);
-      refine(top.size() - 1);
-    }
-  }
-
-  // ---- Small clusters: other ring orders of the best few refined plans.
-  if (!quick && small) {
-    std::vector<size_t> by_score(top.size());
-    std::iota(by_score.begin(), by_score.end(), size_t{0});
-    std::stable_sort(by_score.begin(), by_score.end(),
-                     [&](size_t a, size_t b) { return Less(refined_score[a], refined_score[b]); });
-    for (size_t rank = 0; rank < std::min(kOrderSearchStarts, by_score.size()); ++rank) {
-      const size_t index = by_score[rank];
-      PlanState state(model, OrderSearch(model, refined[index], kClassEvaluations, trials, clock));
-      refined[index] = state.layout();
-      refined_score[index] = state.score();
-      refined_seconds[index] = state.IterationSeconds();
-    }
-  }
-
-  // ---- Choose: the best refined plan, re-scored in full, against every baseline.
-  SearchOutcome out;
-  bool have = false;
-  for (size_t i = 0; i < top.size(); ++i) {
-    StrategyResult r =
-        Score(model, BuildPlan(model, refined[i], "hexiseq", top[i]->name + " refined"),
-              top[i]->name + " refined");
-    if (!have || Better(r, out.best)) {
-      out.best = std::move(r);
-      have = true;
-    }
-  }
-  if (have && out.best.feasible()) out.best_all_ranks = out.best;
-  for (const StrategyResult& b : baselines) {
-    if (!b.applicable) continue;
-    if (b.feasible() && b.plan.left_out.empty() &&
-        (!out.best_all_ranks || Better(b, *out.best_all_ranks)))
-      out.best_all_ranks = b;
-    if (!have || Better(b, out.best)) {
-      out.best = AsSearchResult(b, "hexiseq");
-      have = true;
-    }
-  }
-  out.best.strategy = "hexiseq";
-  out.best.plan.strategy = "hexiseq";
-  out.best.plan.config = out.best.config;
-  out.best.applicable = true;
-
-  if (options.candidates) {
-    std::vector<CandidateRecord>& table = *options.candidates;
-    table.clear();
-    for (const Scored& s : pool.items())
-      table.push_back({s.name, s.seconds, 0, s.score.feasible, s.max_memory_fraction});
-    for (size_t i = 0; i < top.size(); ++i)
-      for (CandidateRecord& rec : table)
-        if (rec.name == top[i]->name) rec.refined_seconds = refined_seconds[i];
-    for (const StrategyResult& b : baselines)
-      if (b.applicable)
-        table.push_back({"baseline " + b.strategy + " " + b.config, b.cost.iteration_seconds, 0,
-                         b.cost.feasible, b.cost.max_memory_fraction});
-    std::stable_sort(
-        table.begin(), table.end(), [](const CandidateRecord& a, const CandidateRecord& b) {
-          if (a.feasible != b.feasible) return a.feasible;
-          const double seconds_a = a.refined_seconds > 0 ? a.refined_seconds : a.iteration_seconds;
-          const double seconds_b = b.refined_seconds > 0 ? b.refined_seconds : b.iteration_seconds;
-          return seconds_a < seconds_b;
-        });
-  }
-  report(1);
+  SchedulerRun run(model, options, quick, rank_search);
+  run.Report(0);
+  run.ScoreBaselines(scored_baselines);
+  run.Report(0.05);
+  run.GroupCandidates();
+  run.ChooseTop();
+  run.RefineTop();
+  SearchOutcome out = run.Choose();
+  if (options.candidates) run.RecordCandidates(*options.candidates);
+  run.Report(1);
   return out;
 }
 

@@ -86,210 +86,260 @@ void MergeIdenticalNeighbours(Cluster& cluster) {
   cluster.kinds = std::move(merged);
 }
 
-Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
-                          const DeviceCatalog& catalog) {
-  auto top = CheckedEntries(root, file + ":", kTopKeys, "a cluster file");
-  if (!top) return std::unexpected(top.error());
-  auto field = [&file](const std::string& path) { return file + ": " + path; };
+using Entries = std::vector<std::pair<std::string, YAML::Node>>;
 
-  Cluster cluster;
+// The file's own fields: name, description, inter_node_latency into `cluster`; returns
+// inter_node (every kind's default NIC bandwidth), if given.
+Result<std::optional<double>> ParseClusterFields(const Entries& top, const std::string& file,
+                                                 Cluster& cluster) {
+  auto field = [&file](const std::string& path) { return file + ": " + path; };
   cluster.name = spec_internal::FileStem(file);
-  if (YAML::Node name = Get(*top, "name"); name.IsDefined()) {
+  if (YAML::Node name = Get(top, "name"); name.IsDefined()) {
     auto text = spec_internal::ScalarText(name, field("name"), "the cluster's name, a string",
                                           "write name: my-cluster");
     if (!text) return std::unexpected(text.error());
     cluster.name = *text;
   }
-  if (YAML::Node description = Get(*top, "description"); description.IsDefined()) {
+  if (YAML::Node description = Get(top, "description"); description.IsDefined()) {
     auto text =
         spec_internal::ScalarText(description, field("description"), "free text", "quote it");
     if (!text) return std::unexpected(text.error());
   }
   std::optional<double> inter_node;
-  if (YAML::Node node = Get(*top, "inter_node"); node.IsDefined()) {
+  if (YAML::Node node = Get(top, "inter_node"); node.IsDefined()) {
     auto value = spec_internal::ReadBandwidth(node, field("inter_node"));
     if (!value) return std::unexpected(value.error());
     inter_node = *value;
   }
-  if (YAML::Node node = Get(*top, "inter_node_latency"); node.IsDefined()) {
+  if (YAML::Node node = Get(top, "inter_node_latency"); node.IsDefined()) {
     auto value = spec_internal::ReadDuration(node, field("inter_node_latency"));
     if (!value) return std::unexpected(value.error());
     cluster.inter_node_latency_seconds = *value;
   }
+  return inter_node;
+}
 
+// The `nodes:` list: present, a non-empty list, at most kMaxNodeKinds entries.
+Result<YAML::Node> NodesList(const Entries& top, const std::string& field) {
   const std::string nodes_rule =
       "a cluster needs a non-empty `nodes:` list of node kinds, each with gpu, count and "
       "gpus_per_node";
-  YAML::Node nodes = Get(*top, "nodes");
+  YAML::Node nodes = Get(top, "nodes");
   if (!nodes.IsDefined() || nodes.IsNull()) {
-    return InvalidArgument(FieldMessage(field("nodes"), "", "missing", nodes_rule, kExample));
+    return InvalidArgument(FieldMessage(field, "", "missing", nodes_rule, kExample));
   }
   if (!nodes.IsSequence() || nodes.size() == 0) {
-    return InvalidArgument(FieldMessage(field("nodes"), "",
-                                        nodes.IsSequence() ? "empty list" : "not a list",
+    return InvalidArgument(FieldMessage(field, "", nodes.IsSequence() ? "empty list" : "not a list",
                                         nodes_rule, "write each node kind as `- gpu: H100-SXM`"));
   }
-
   if (static_cast<int64_t>(nodes.size()) > kMaxNodeKinds) {
     return InvalidArgument(
-        FieldMessage(field("nodes"), "", std::to_string(nodes.size()) + " node kinds",
+        FieldMessage(field, "", std::to_string(nodes.size()) + " node kinds",
                      "at most " + std::to_string(kMaxNodeKinds) + " node kinds (docs/limits.md)",
                      "give identical nodes as one kind with a count"));
   }
+  return nodes;
+}
+
+// A node kind's `gpu:`: a catalog name or an inline device.
+Result<DeviceSpec> ParseKindDevice(const Entries& entries, const std::string& where,
+                                   const std::string& file, const DeviceCatalog& catalog) {
+  const YAML::Node gpu = Get(entries, "gpu");
+  const std::string gpu_rule =
+      "a device-catalog name, case-insensitive, or an inline device {name, bf16_tflops, "
+      "memory}";
+  if (gpu.IsDefined() && gpu.IsMap())
+    return spec_internal::ParseDeviceRow(gpu, where + ".gpu", nullptr, "inline device in " + file);
+  auto text = spec_internal::ScalarText(gpu, where + ".gpu", gpu_rule,
+                                        "write gpu: H100-SXM (see docs/devices.md)");
+  if (!text) return std::unexpected(text.error());
+  return catalog.Find(*text, where + ".gpu");
+}
+
+// A node kind's count and gpus_per_node; `total_ranks` counts the cluster's GPUs so far.
+Result<void> ParseKindSize(const Entries& entries, const std::string& where, NodeKind& kind,
+                           int64_t& total_ranks) {
+  auto count = spec_internal::ReadInt(Get(entries, "count"), where + ".count", 1, kMaxRanks,
+                                      "count is the number of nodes of this kind, a whole "
+                                      "number >= 1",
+                                      "write count: 2, or remove the node kind");
+  if (!count) return std::unexpected(count.error());
+  kind.count = static_cast<int>(*count);
+  auto per_node = spec_internal::ReadInt(
+      Get(entries, "gpus_per_node"), where + ".gpus_per_node", 1, kMaxRanks,
+      "gpus_per_node is the number of GPUs in each node, a whole number >= 1",
+      "write gpus_per_node: 8");
+  if (!per_node) return std::unexpected(per_node.error());
+  kind.gpus_per_node = static_cast<int>(*per_node);
+  total_ranks += *count * *per_node;
+  if (total_ranks > kMaxRanks) {
+    return InvalidArgument(
+        FieldMessage(where, "", "the cluster has " + std::to_string(total_ranks) + " GPUs so far",
+                     "at most " + std::to_string(kMaxRanks) + " GPUs in a cluster (docs/limits.md)",
+                     "check count and gpus_per_node"));
+  }
+  return {};
+}
+
+// A node kind's links (intra_node, nic: the device's unless given; inter_node the default NIC),
+// efficiencies and latency.
+Result<void> ParseKindLinks(const Entries& entries, const std::string& where,
+                            std::optional<double> inter_node, NodeKind& kind) {
+  kind.intra_node_bytes_per_second = kind.device.intra_node_bytes_per_second;
+  if (YAML::Node node = Get(entries, "intra_node"); node.IsDefined()) {
+    auto value = spec_internal::ReadBandwidth(node, where + ".intra_node");
+    if (!value) return std::unexpected(value.error());
+    kind.intra_node_bytes_per_second = *value;
+  }
+  kind.nic_bytes_per_second = inter_node.value_or(kind.device.nic_bytes_per_second);
+  if (YAML::Node node = Get(entries, "nic"); node.IsDefined()) {
+    auto value = spec_internal::ReadBandwidth(node, where + ".nic");
+    if (!value) return std::unexpected(value.error());
+    kind.nic_bytes_per_second = *value;
+  }
+  // Keep the device row consistent with the links this kind actually has.
+  kind.device.intra_node_bytes_per_second = kind.intra_node_bytes_per_second;
+  kind.device.nic_bytes_per_second = kind.nic_bytes_per_second;
+
+  if (auto efficiencies = spec_internal::ReadEfficiencies(entries, where, kind.device);
+      !efficiencies)
+    return std::unexpected(efficiencies.error());
+
+  kind.latency_seconds = kDefaultIntraNodeLatencySeconds;
+  if (YAML::Node node = Get(entries, "latency"); node.IsDefined()) {
+    auto value = spec_internal::ReadDuration(node, where + ".latency");
+    if (!value) return std::unexpected(value.error());
+    kind.latency_seconds = *value;
+  }
+  return {};
+}
+
+// One entry of `nodes:` into `cluster.kinds`, its `name:` (or "") into `kind_names`.
+Result<void> ParseNodeKind(const YAML::Node& node, const std::string& where,
+                           const std::string& file, const DeviceCatalog& catalog,
+                           std::optional<double> inter_node, int64_t& total_ranks, Cluster& cluster,
+                           std::vector<std::string>& kind_names) {
+  auto entries = CheckedEntries(node, where, kKindKeys, "a node kind");
+  if (!entries) return std::unexpected(entries.error());
+  std::string kind_name;
+  if (YAML::Node name = Get(*entries, "name"); name.IsDefined()) {
+    auto text = spec_internal::ScalarText(name, where + ".name",
+                                          "an optional label that `links:` can refer to",
+                                          "write name: h100-nodes");
+    if (!text) return std::unexpected(text.error());
+    kind_name = *text;
+  }
+  NodeKind kind;
+  auto device = ParseKindDevice(*entries, where, file, catalog);
+  if (!device) return std::unexpected(device.error());
+  kind.device = *device;
+  if (auto size = ParseKindSize(*entries, where, kind, total_ranks); !size)
+    return std::unexpected(size.error());
+  if (auto links = ParseKindLinks(*entries, where, inter_node, kind); !links)
+    return std::unexpected(links.error());
+  cluster.kinds.push_back(std::move(kind));
+  kind_names.push_back(kind_name);
+  return {};
+}
+
+// The names `links:` may use: each kind's `name:` and gpu name, once each.
+std::vector<std::string> LinkLabels(const Cluster& cluster,
+                                    const std::vector<std::string>& kind_names) {
+  std::vector<std::string> known;
+  for (size_t kind = 0; kind < cluster.kinds.size(); ++kind) {
+    for (const std::string& label : {kind_names[kind], cluster.kinds[kind].device.name}) {
+      if (!label.empty() && std::find(known.begin(), known.end(), label) == known.end()) {
+        known.push_back(label);
+      }
+    }
+  }
+  return known;
+}
+
+// One side of a link's `between:`: the node kinds with that `name:` or gpu name.
+Result<std::vector<int>> LinkSide(const YAML::Node& label_node, const std::string& where,
+                                  const Cluster& cluster,
+                                  const std::vector<std::string>& kind_names,
+                                  const std::vector<std::string>& known) {
+  const std::string between_rule =
+      "between names two node kinds, each by its `name:` or its gpu name";
+  const std::string between_hint = "node kinds here are " + JoinList(known, "and");
+  auto label = spec_internal::ScalarText(label_node, where, between_rule, between_hint);
+  if (!label) return std::unexpected(label.error());
+  std::vector<int> kinds;
+  for (size_t kind = 0; kind < cluster.kinds.size(); ++kind) {
+    if (EqualsIgnoreCase(*label, kind_names[kind]) ||
+        EqualsIgnoreCase(*label, cluster.kinds[kind].device.name)) {
+      kinds.push_back(static_cast<int>(kind));
+    }
+  }
+  if (kinds.empty()) {
+    const auto closest = spec_internal::ClosestNames(*label, known, 1);
+    return InvalidArgument(
+        FieldMessage(where, Quote(*label), "no node kind has this name or gpu", between_rule,
+                     between_hint + (closest.empty() ? "" : "; did you mean " + closest[0] + "?")));
+  }
+  return kinds;
+}
+
+// `links:`: bandwidth overrides between node kinds, referred to by `name:` or by gpu name.
+Result<void> ParseLinks(const YAML::Node& links, const std::string& file,
+                        const std::vector<std::string>& kind_names, Cluster& cluster) {
+  const std::vector<std::string> known = LinkLabels(cluster, kind_names);
+  if (!links.IsSequence()) {
+    return InvalidArgument(FieldMessage(file + ": links", "", "not a list",
+                                        "links is a list of {between: [A, B], bandwidth}",
+                                        "write - {between: [H100-SXM, A100-SXM-80G], "
+                                        "bandwidth: 12 GB/s}"));
+  }
+  for (size_t index = 0; index < links.size(); ++index) {
+    const std::string where = file + ": links[" + std::to_string(index) + "]";
+    auto entries = CheckedEntries(links[index], where, kLinkKeys, "a link override");
+    if (!entries) return std::unexpected(entries.error());
+    const YAML::Node between = Get(*entries, "between");
+    if (!between.IsDefined() || !between.IsSequence() || between.size() != 2) {
+      return InvalidArgument(FieldMessage(
+          where + ".between", "", between.IsDefined() ? "not a list of two names" : "missing",
+          "between names two node kinds, each by its `name:` or its gpu name",
+          "node kinds here are " + JoinList(known, "and")));
+    }
+    std::vector<int> sides[2];
+    for (size_t side = 0; side < 2; ++side) {
+      auto kinds = LinkSide(between[side], where + ".between[" + std::to_string(side) + "]",
+                            cluster, kind_names, known);
+      if (!kinds) return std::unexpected(kinds.error());
+      sides[side] = *kinds;
+    }
+    auto bandwidth = spec_internal::ReadBandwidth(Get(*entries, "bandwidth"), where + ".bandwidth");
+    if (!bandwidth) return std::unexpected(bandwidth.error());
+    for (int kind_a : sides[0]) {
+      for (int kind_b : sides[1]) {
+        cluster.links.push_back(LinkOverride{kind_a, kind_b, *bandwidth});
+      }
+    }
+  }
+  return {};
+}
+
+Result<Cluster> ParseRoot(const YAML::Node& root, const std::string& file,
+                          const DeviceCatalog& catalog) {
+  auto top = CheckedEntries(root, file + ":", kTopKeys, "a cluster file");
+  if (!top) return std::unexpected(top.error());
+  Cluster cluster;
+  auto inter_node = ParseClusterFields(*top, file, cluster);
+  if (!inter_node) return std::unexpected(inter_node.error());
+  auto nodes = NodesList(*top, file + ": nodes");
+  if (!nodes) return std::unexpected(nodes.error());
   std::vector<std::string> kind_names;  // `name:` of each kind, or "" when not given
   int64_t total_ranks = 0;
-  for (size_t index = 0; index < nodes.size(); ++index) {
-    const std::string where = field("nodes[" + std::to_string(index) + "]");
-    auto entries = CheckedEntries(nodes[index], where, kKindKeys, "a node kind");
-    if (!entries) return std::unexpected(entries.error());
-    NodeKind kind;
-
-    std::string kind_name;
-    if (YAML::Node name = Get(*entries, "name"); name.IsDefined()) {
-      auto text = spec_internal::ScalarText(name, where + ".name",
-                                            "an optional label that `links:` can refer to",
-                                            "write name: h100-nodes");
-      if (!text) return std::unexpected(text.error());
-      kind_name = *text;
-    }
-
-    const YAML::Node gpu = Get(*entries, "gpu");
-    const std::string gpu_rule =
-        "a device-catalog name, case-insensitive, or an inline device {name, bf16_tflops, "
-        "memory}";
-    if (gpu.IsDefined() && gpu.IsMap()) {
-      auto spec =
-          spec_internal::ParseDeviceRow(gpu, where + ".gpu", nullptr, "inline device in " + file);
-      if (!spec) return std::unexpected(spec.error());
-      kind.device = *spec;
-    } else {
-      auto text = spec_internal::ScalarText(gpu, where + ".gpu", gpu_rule,
-                                            "write gpu: H100-SXM (see docs/devices.md)");
-      if (!text) return std::unexpected(text.error());
-      auto spec = catalog.Find(*text, where + ".gpu");
-      if (!spec) return std::unexpected(spec.error());
-      kind.device = *spec;
-    }
-
-    auto count = spec_internal::ReadInt(Get(*entries, "count"), where + ".count", 1, kMaxRanks,
-                                        "count is the number of nodes of this kind, a whole "
-                                        "number >= 1",
-                                        "write count: 2, or remove the node kind");
-    if (!count) return std::unexpected(count.error());
-    kind.count = static_cast<int>(*count);
-    auto per_node = spec_internal::ReadInt(
-        Get(*entries, "gpus_per_node"), where + ".gpus_per_node", 1, kMaxRanks,
-        "gpus_per_node is the number of GPUs in each node, a whole number >= 1",
-        "write gpus_per_node: 8");
-    if (!per_node) return std::unexpected(per_node.error());
-    kind.gpus_per_node = static_cast<int>(*per_node);
-    total_ranks += *count * *per_node;
-    if (total_ranks > kMaxRanks) {
-      return InvalidArgument(FieldMessage(
-          where, "", "the cluster has " + std::to_string(total_ranks) + " GPUs so far",
-          "at most " + std::to_string(kMaxRanks) + " GPUs in a cluster (docs/limits.md)",
-          "check count and gpus_per_node"));
-    }
-
-    kind.intra_node_bytes_per_second = kind.device.intra_node_bytes_per_second;
-    if (YAML::Node node = Get(*entries, "intra_node"); node.IsDefined()) {
-      auto value = spec_internal::ReadBandwidth(node, where + ".intra_node");
-      if (!value) return std::unexpected(value.error());
-      kind.intra_node_bytes_per_second = *value;
-    }
-    kind.nic_bytes_per_second = inter_node.value_or(kind.device.nic_bytes_per_second);
-    if (YAML::Node node = Get(*entries, "nic"); node.IsDefined()) {
-      auto value = spec_internal::ReadBandwidth(node, where + ".nic");
-      if (!value) return std::unexpected(value.error());
-      kind.nic_bytes_per_second = *value;
-    }
-    // Keep the device row consistent with the links this kind actually has.
-    kind.device.intra_node_bytes_per_second = kind.intra_node_bytes_per_second;
-    kind.device.nic_bytes_per_second = kind.nic_bytes_per_second;
-
-    struct FractionField {
-      const char* key;
-      double* target;
-    };
-    for (FractionField efficiency :
-         {FractionField{"gemm_efficiency", &kind.device.gemm_efficiency},
-          FractionField{"attention_efficiency", &kind.device.attention_efficiency}}) {
-      const YAML::Node node = Get(*entries, efficiency.key);
-      if (!node.IsDefined()) continue;
-      auto value = spec_internal::ReadPositive(
-          node, where + "." + efficiency.key, true,
-          "the achievable fraction of peak, a number in (0, 1]", "write 0.6 for 60% of peak");
-      if (!value) return std::unexpected(value.error());
-      *efficiency.target = *value;
-    }
-
-    kind.latency_seconds = kDefaultIntraNodeLatencySeconds;
-    if (YAML::Node node = Get(*entries, "latency"); node.IsDefined()) {
-      auto value = spec_internal::ReadDuration(node, where + ".latency");
-      if (!value) return std::unexpected(value.error());
-      kind.latency_seconds = *value;
-    }
-    cluster.kinds.push_back(std::move(kind));
-    kind_names.push_back(kind_name);
+  for (size_t index = 0; index < nodes->size(); ++index) {
+    auto kind = ParseNodeKind((*nodes)[index], file + ": nodes[" + std::to_string(index) + "]",
+                              file, catalog, *inter_node, total_ranks, cluster, kind_names);
+    if (!kind) return std::unexpected(kind.error());
   }
-
-  // links: overrides between node kinds, referred to by `name:` or by gpu name.
   if (YAML::Node links = Get(*top, "links"); links.IsDefined() && !links.IsNull()) {
-    std::vector<std::string> known;
-    for (size_t kind = 0; kind < cluster.kinds.size(); ++kind) {
-      for (const std::string& label : {kind_names[kind], cluster.kinds[kind].device.name}) {
-        if (!label.empty() && std::find(known.begin(), known.end(), label) == known.end()) {
-          known.push_back(label);
-        }
-      }
-    }
-    const std::string between_rule =
-        "between names two node kinds, each by its `name:` or its gpu name";
-    const std::string between_hint = "node kinds here are " + JoinList(known, "and");
-    if (!links.IsSequence()) {
-      return InvalidArgument(FieldMessage(field("links"), "", "not a list",
-                                          "links is a list of {between: [A, B], bandwidth}",
-                                          "write - {between: [H100-SXM, A100-SXM-80G], "
-                                          "bandwidth: 12 GB/s}"));
-    }
-    for (size_t index = 0; index < links.size(); ++index) {
-      const std::string where = field("links[" + std::to_string(index) + "]");
-      auto entries = CheckedEntries(links[index], where, kLinkKeys, "a link override");
-      if (!entries) return std::unexpected(entries.error());
-      const YAML::Node between = Get(*entries, "between");
-      if (!between.IsDefined() || !between.IsSequence() || between.size() != 2) {
-        return InvalidArgument(FieldMessage(
-            where + ".between", "", between.IsDefined() ? "not a list of two names" : "missing",
-            between_rule, between_hint));
-      }
-      std::vector<int> sides[2];
-      for (size_t side = 0; side < 2; ++side) {
-        const std::string side_where = where + ".between[" + std::to_string(side) + "]";
-        auto label =
-            spec_internal::ScalarText(between[side], side_where, between_rule, between_hint);
-        if (!label) return std::unexpected(label.error());
-        for (size_t kind = 0; kind < cluster.kinds.size(); ++kind) {
-          if (EqualsIgnoreCase(*label, kind_names[kind]) ||
-              EqualsIgnoreCase(*label, cluster.kinds[kind].device.name)) {
-            sides[side].push_back(static_cast<int>(kind));
-          }
-        }
-        if (sides[side].empty()) {
-          const auto closest = spec_internal::ClosestNames(*label, known, 1);
-          return InvalidArgument(FieldMessage(
-              side_where, Quote(*label), "no node kind has this name or gpu", between_rule,
-              between_hint + (closest.empty() ? "" : "; did you mean " + closest[0] + "?")));
-        }
-      }
-      auto bandwidth =
-          spec_internal::ReadBandwidth(Get(*entries, "bandwidth"), where + ".bandwidth");
-      if (!bandwidth) return std::unexpected(bandwidth.error());
-      for (int kind_a : sides[0]) {
-        for (int kind_b : sides[1]) {
-          cluster.links.push_back(LinkOverride{kind_a, kind_b, *bandwidth});
-        }
-      }
-    }
+    if (auto parsed = ParseLinks(links, file, kind_names, cluster); !parsed)
+      return std::unexpected(parsed.error());
   }
   MergeIdenticalNeighbours(cluster);
   cluster.Finalize();

@@ -374,6 +374,68 @@ const std::vector<std::string>& DeviceRowKeys() {
   return keys;
 }
 
+namespace {
+
+// bf16_tflops and memory into `spec`: required for a new device (`required`), else where given.
+Result<void> ReadPeakAndMemory(const std::vector<std::pair<std::string, YAML::Node>>& entries,
+                               const std::string& where, bool required, DeviceSpec& spec) {
+  const std::string required_rule =
+      "a new device gives name, bf16_tflops and memory; hbm_bandwidth, intra_node, nic, "
+      "gemm_efficiency and attention_efficiency are optional";
+  const std::string required_hint = "write {name: MyAccel, bf16_tflops: 200, memory: 48 GiB}";
+  auto prefix = [&](const std::string& key) { return where + "." + key; };
+  const YAML::Node tflops = Get(entries, "bf16_tflops");
+  if (tflops.IsDefined() || required) {
+    auto value = ReadPositive(tflops, prefix("bf16_tflops"), false,
+                              "dense BF16 tensor TFLOPS without sparsity, a number > 0",
+                              "write bf16_tflops: 312");
+    if (!value) return std::unexpected(value.error());
+    if (*value < kMinPeakTflops || *value > kMaxPeakTflops) {
+      char range[64];
+      std::snprintf(range, sizeof range, "[%g, %g]", kMinPeakTflops, kMaxPeakTflops);
+      return InvalidArgument(FieldMessage(prefix("bf16_tflops"), ShowScalar(Trim(tflops.Scalar())),
+                                          std::string("outside the plausible range ") + range,
+                                          "dense BF16 tensor TFLOPS; the bounds are in "
+                                          "docs/limits.md",
+                                          "write bf16_tflops: 312"));
+    }
+    spec.peak_flops = *value * 1e12;
+  }
+  const YAML::Node memory = Get(entries, "memory");
+  if (memory.IsDefined() || required) {
+    if (!memory.IsDefined()) {
+      return InvalidArgument(
+          FieldMessage(prefix("memory"), "", "missing", required_rule, required_hint));
+    }
+    auto value = ReadMemory(memory, prefix("memory"));
+    if (!value) return std::unexpected(value.error());
+    spec.memory_bytes = *value;
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<void> ReadEfficiencies(const std::vector<std::pair<std::string, YAML::Node>>& entries,
+                              const std::string& where, DeviceSpec& device) {
+  struct FractionField {
+    const char* key;
+    double* target;
+  };
+  for (FractionField field :
+       {FractionField{"gemm_efficiency", &device.gemm_efficiency},
+        FractionField{"attention_efficiency", &device.attention_efficiency}}) {
+    const YAML::Node node = Get(entries, field.key);
+    if (!node.IsDefined()) continue;
+    auto value = ReadPositive(node, where + "." + field.key, true,
+                              "the achievable fraction of peak, a number in (0, 1]",
+                              "write 0.6 for 60% of peak");
+    if (!value) return std::unexpected(value.error());
+    *field.target = *value;
+  }
+  return {};
+}
+
 Result<DeviceSpec> ParseDeviceRow(const YAML::Node& row, const std::string& where,
                                   const DeviceSpec* base, const std::string& default_source) {
   auto entries = CheckedEntries(row, where, DeviceRowKeys(), "a device");
@@ -403,33 +465,8 @@ Result<DeviceSpec> ParseDeviceRow(const YAML::Node& row, const std::string& wher
   }
   spec.name = *name;
 
-  const YAML::Node tflops = Get(*entries, "bf16_tflops");
-  if (tflops.IsDefined() || base == nullptr) {
-    auto value = ReadPositive(tflops, prefix("bf16_tflops"), false,
-                              "dense BF16 tensor TFLOPS without sparsity, a number > 0",
-                              "write bf16_tflops: 312");
-    if (!value) return std::unexpected(value.error());
-    if (*value < kMinPeakTflops || *value > kMaxPeakTflops) {
-      char range[64];
-      std::snprintf(range, sizeof range, "[%g, %g]", kMinPeakTflops, kMaxPeakTflops);
-      return InvalidArgument(FieldMessage(prefix("bf16_tflops"), ShowScalar(Trim(tflops.Scalar())),
-                                          std::string("outside the plausible range ") + range,
-                                          "dense BF16 tensor TFLOPS; the bounds are in "
-                                          "docs/limits.md",
-                                          "write bf16_tflops: 312"));
-    }
-    spec.peak_flops = *value * 1e12;
-  }
-  const YAML::Node memory = Get(*entries, "memory");
-  if (memory.IsDefined() || base == nullptr) {
-    if (!memory.IsDefined()) {
-      return InvalidArgument(
-          FieldMessage(prefix("memory"), "", "missing", required_rule, required_hint));
-    }
-    auto value = ReadMemory(memory, prefix("memory"));
-    if (!value) return std::unexpected(value.error());
-    spec.memory_bytes = *value;
-  }
+  if (auto sizes = ReadPeakAndMemory(*entries, where, base == nullptr, spec); !sizes)
+    return std::unexpected(sizes.error());
   struct BandwidthField {
     const char* key;
     double* target;
@@ -443,20 +480,8 @@ Result<DeviceSpec> ParseDeviceRow(const YAML::Node& row, const std::string& wher
     if (!value) return std::unexpected(value.error());
     *field.target = *value;
   }
-  struct FractionField {
-    const char* key;
-    double* target;
-  };
-  for (FractionField field : {FractionField{"gemm_efficiency", &spec.gemm_efficiency},
-                              FractionField{"attention_efficiency", &spec.attention_efficiency}}) {
-    const YAML::Node node = Get(*entries, field.key);
-    if (!node.IsDefined()) continue;
-    auto value = ReadPositive(node, prefix(field.key), true,
-                              "the achievable fraction of peak, a number in (0, 1]",
-                              "write 0.6 for 60% of peak");
-    if (!value) return std::unexpected(value.error());
-    *field.target = *value;
-  }
+  if (auto efficiencies = ReadEfficiencies(*entries, where, spec); !efficiencies)
+    return std::unexpected(efficiencies.error());
   const YAML::Node source = Get(*entries, "source");
   if (source.IsDefined()) {
     auto text = ScalarText(source, prefix("source"), "free text naming where the figures come from",

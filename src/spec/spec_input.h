@@ -73,5 +73,9 @@ const std::vector<std::string>& DeviceRowKeys();
 // name, bf16_tflops and memory are required and the rest take documented defaults.
 Result<DeviceSpec> ParseDeviceRow(const YAML::Node& row, const std::string& where,
                                   const DeviceSpec* base, const std::string& default_source);
+// gemm_efficiency and attention_efficiency of `entries` (from CheckedEntries), where given, into
+// `device`; `where` names the entry in errors.
+Result<void> ReadEfficiencies(const std::vector<std::pair<std::string, YAML::Node>>& entries,
+                              const std::string& where, DeviceSpec& device);
 
 }  // namespace hexiseq::spec_internal

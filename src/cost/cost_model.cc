@@ -542,15 +542,33 @@ CostModel::ChainTraffic CostModel::GroupChainTraffic(const Plan& plan, int group
 
 namespace {
 
-void AddPeer(std::vector<CostModel::PeerTraffic>& list, int group, int64_t tokens) {
-  for (CostModel::PeerTraffic& peer : list)
-    if (peer.group == group) {
-      peer.tokens += tokens;
-      ++peer.blocks;
+// A list of peers in first-seen order with a constant-time lookup by plan group (a ring of G
+// groups can list O(G) origins per group). slot[group] is where the group's entry was last put;
+// it is trusted only when that entry is the group's, so slots left from other lists (the storage
+// is reused across calls) need no clearing.
+class PeerList {
+ public:
+  PeerList(std::vector<CostModel::PeerTraffic>& list, std::vector<int>& slot, size_t num_groups)
+      : list_(list), slot_(slot) {
+    list_.clear();
+    if (slot_.size() < num_groups) slot_.resize(num_groups, -1);
+  }
+  void Add(int group, int64_t tokens) {
+    int& position = slot_[group];
+    if (position >= 0 && position < static_cast<int>(list_.size()) &&
+        list_[position].group == group) {
+      list_[position].tokens += tokens;
+      ++list_[position].blocks;
       return;
     }
-  list.push_back({group, tokens, 1});
-}
+    position = static_cast<int>(list_.size());
+    list_.push_back({group, tokens, 1});
+  }
+
+ private:
+  std::vector<CostModel::PeerTraffic>& list_;
+  std::vector<int>& slot_;
+};
 
 // reach[i - 1] = the largest last position among the first i groups going round the ring from a
 // group (forward or backward); non-decreasing, so the first group at or after a key position is a
@@ -569,8 +587,11 @@ int FirstReaching(const std::vector<int64_t>& reach, int limit, int64_t position
 // the ones after it on o's chain (the first that needs o is where it sends o's block and sum);
 // going back, those strictly between o and it are before it (the nearest that needs o sent it).
 void CostModel::GroupChainTraffic(const Plan& plan, int group_index, ChainTraffic& out) const {
-  for (std::vector<PeerTraffic>* list : {&out.kv_from, &out.kv_to, &out.sums_from, &out.sums_to})
-    list->clear();
+  thread_local std::vector<int> slots[4];
+  const size_t num_groups = plan.groups.size();
+  PeerList kv_from(out.kv_from, slots[0], num_groups), kv_to(out.kv_to, slots[1], num_groups);
+  PeerList sums_from(out.sums_from, slots[2], num_groups);
+  PeerList sums_to(out.sums_to, slots[3], num_groups);
   out.own_return = 0;
   out.own_returner = -1;
   thread_local std::vector<int> ring;
@@ -608,24 +629,24 @@ void CostModel::GroupChainTraffic(const Plan& plan, int group_index, ChainTraffi
     if (mine.last < keys.first) continue;
     const int next = FirstReaching(ahead, distance - 1, keys.first);
     if (next > 0) {
-      AddPeer(out.kv_to, ring[at(next)], keys.tokens);
-      AddPeer(out.sums_to, ring[at(next)], keys.tokens);
+      kv_to.Add(ring[at(next)], keys.tokens);
+      sums_to.Add(ring[at(next)], keys.tokens);
     } else {
-      AddPeer(out.sums_to, ring[origin], keys.tokens);
+      sums_to.Add(ring[origin], keys.tokens);
     }
     // The same origin seen going back: the nearest group before this one on its chain.
     const int back = ring_size - distance;
     const int previous = FirstReaching(behind, back - 1, keys.first);
     if (previous > 0) {
-      AddPeer(out.kv_from, ring[at(-previous)], keys.tokens);
-      AddPeer(out.sums_from, ring[at(-previous)], keys.tokens);
+      kv_from.Add(ring[at(-previous)], keys.tokens);
+      sums_from.Add(ring[at(-previous)], keys.tokens);
     } else {
-      AddPeer(out.kv_from, ring[origin], keys.tokens);
+      kv_from.Add(ring[origin], keys.tokens);
     }
   }
   const int first_hop = FirstReaching(ahead, ring_size - 1, mine.first);
   if (first_hop == 0) return;
-  AddPeer(out.kv_to, ring[at(first_hop)], mine.tokens);
+  kv_to.Add(ring[at(first_hop)], mine.tokens);
   for (int distance = ring_size - 1; distance >= 1; --distance) {
     if (spans[at(distance)].last < mine.first) continue;
     out.own_return = mine.tokens;

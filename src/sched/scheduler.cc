@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include "sched/plan_state.h"
@@ -16,11 +17,12 @@ namespace hexiseq {
 namespace sched_internal {
 namespace {
 
-constexpr int kBalanceRounds = 2;                // re-fits of the per-group time model
-constexpr double kMemoryCapMargin = 0.98;        // memory-capped allocation aims at 98% of capacity
-constexpr int kStructurePasses = 2;              // coordinate passes over per-kind group sizes ...
-constexpr int kTwoPassesUpTo = 64;               // ... on clusters of at most this many ranks
-constexpr size_t kInfeasibleSeeds = 4;           // fast infeasible candidates also refined
+constexpr int kBalanceRounds = 2;          // re-fits of the per-group time model
+constexpr double kMemoryCapMargin = 0.98;  // memory-capped allocation aims at 98% of capacity
+constexpr int kStructurePasses = 2;        // coordinate passes over per-kind group sizes ...
+constexpr int kTwoPassesUpTo = 64;         // ... on clusters of at most this many ranks
+constexpr int kPerKindPassesUpTo = 32;  // ... kind by kind on clusters of at most this many kinds
+constexpr size_t kInfeasibleSeeds = 4;  // fast infeasible candidates also refined
 constexpr double kInfeasibleSeedFraction = 2.0;  // ... when within 2x of memory capacity
 constexpr int kClassEvaluations = 120;     // full re-scorings per candidate in ClassSearch ...
 constexpr int kClassSearchUpTo = 64;       // ... on clusters of at most this many ranks
@@ -33,6 +35,8 @@ constexpr size_t kCloseSeeds = 4;           // ... plus the memberships closest 
 constexpr double kCloseToFitting = 1.25;    // ... within 25% of memory capacity
 constexpr int kRescueCandidates = 24;       // ... and more when none of them fits memory
 constexpr size_t kOrderSearchStarts = 8;    // ... and the best this many try other ring orders
+constexpr int kEveryStructureUpTo = 4;      // on at most this many ranks every structure is a
+                                            // candidate and every membership is refined
 
 // Per-token costs at the sequence's average causal density (FLOPs per token).
 struct TokenFlops {
@@ -385,6 +389,13 @@ class CandidatePool {
     return out;
   }
   // Which ranks are grouped together, ignoring ring order and member order (the idle set last).
+  // The number of distinct memberships among the candidates.
+  int NumMemberships() const {
+    std::set<std::vector<std::vector<int>>> keys;
+    for (const Scored& scored : items_) keys.insert(MembershipKey(scored.layout));
+    return static_cast<int>(keys.size());
+  }
+
   static std::vector<std::vector<int>> MembershipKey(const Layout& layout) {
     std::vector<std::vector<int>> key;
     std::vector<int> idle;
@@ -588,6 +599,13 @@ std::vector<int> SizeOptions(int domain_size, int max_size, int kind_total) {
   return out;
 }
 
+// Devices alike in everything but their links.
+bool SameCompute(const DeviceSpec& a, const DeviceSpec& b) {
+  return a.name == b.name && a.peak_flops == b.peak_flops && a.memory_bytes == b.memory_bytes &&
+         a.hbm_bytes_per_second == b.hbm_bytes_per_second &&
+         a.gemm_efficiency == b.gemm_efficiency && a.attention_efficiency == b.attention_efficiency;
+}
+
 int64_t AutoTrials(int num_ranks, int num_groups) {
   // Scaled so that refinement stays within the planning-time goals (bench/sched).
   if (num_ranks <= 16) return 20000;
@@ -607,6 +625,7 @@ class SchedulerRun {
         clock_(options.deadline),
         quick_(quick),
         small_(rank_search && model.cluster().num_ranks() <= kStructureSearchUpTo),
+        tiny_(rank_search && model.cluster().num_ranks() <= kEveryStructureUpTo),
         heads_(model.model().heads),
         pool_(model) {}
 
@@ -637,6 +656,7 @@ class SchedulerRun {
   void ChooseTop() {
     // Small clusters refine more distinct structures (refinement is cheap there).
     const int top_k = std::max(1, quick_   ? 1
+                                  : tiny_  ? std::max(options_.top_k, pool_.NumMemberships())
                                   : small_ ? std::max(options_.top_k, kSmallClusterTopK)
                                            : options_.top_k);
     top_ = pool_.Top(top_k);
@@ -750,20 +770,25 @@ class SchedulerRun {
   }
 
   // Coordinate passes over the per-kind group sizes (0: the kind idle); returns the best sizes.
+  // On clusters of many distinct kinds a pass moves a whole sizing class at once (SizingClasses),
+  // so that its cost grows with the device types, not with the kinds.
   std::vector<int> SizePasses() {
     std::vector<int> sizes(cluster_.kinds.size(), 0);
     for (int kind : present_) sizes[kind] = std::min(domain_size_[kind], heads_);
     Structure current = FromSizes(cluster_, domains_, sizes, kind_order_);
     Objective current_score = pool_.Add(current, NameOf(current));
     const int passes = quick_ || cluster_.num_ranks() > kTwoPassesUpTo ? 1 : kStructurePasses;
+    const std::vector<std::vector<int>> classes = SizingClasses();
     for (int pass = 0; pass < passes; ++pass) {
-      for (int kind : present_) {
-        std::vector<int> size_options = SizeOptions(domain_size_[kind], heads_, kind_total_[kind]);
-        if (present_.size() > 1) size_options.push_back(0);  // the kind idle
+      for (const std::vector<int>& members : classes) {
+        const int first = members.front();
+        std::vector<int> size_options =
+            SizeOptions(domain_size_[first], heads_, kind_total_[first]);
+        if (classes.size() > 1) size_options.push_back(0);  // the class idle
         for (int option : size_options) {
-          if (option == sizes[kind]) continue;
+          if (option == sizes[first]) continue;
           std::vector<int> trial = sizes;
-          trial[kind] = option;
+          for (int kind : members) trial[kind] = option;
           if (std::all_of(present_.begin(), present_.end(),
                           [&](int other) { return trial[other] == 0; }))
             continue;
@@ -779,6 +804,27 @@ class SchedulerRun {
       Report(0.1 + 0.3 * (pass + 1) / passes);
     }
     return sizes;
+  }
+
+  // The kinds the size passes move together: each present kind alone on clusters of at most
+  // kPerKindPassesUpTo kinds; beyond, the kinds of one device type with the same domain size and
+  // the same number of ranks (they differ only in their links), in order of first appearance.
+  std::vector<std::vector<int>> SizingClasses() const {
+    std::vector<std::vector<int>> classes;
+    const bool per_kind = static_cast<int>(present_.size()) <= kPerKindPassesUpTo;
+    for (int kind : present_) {
+      auto same = [&](const std::vector<int>& members) {
+        const int other = members.front();
+        return SameCompute(cluster_.kinds[other].device, cluster_.kinds[kind].device) &&
+               domain_size_[other] == domain_size_[kind] && kind_total_[other] == kind_total_[kind];
+      };
+      auto found = per_kind ? classes.end() : std::find_if(classes.begin(), classes.end(), same);
+      if (found == classes.end())
+        classes.push_back({kind});
+      else
+        found->push_back(kind);
+    }
+    return classes;
   }
 
   // Ring orders (kinds by NIC bandwidth, fast links next to each other, then reversed), merged
@@ -831,6 +877,10 @@ class SchedulerRun {
   // Small clusters, from the best few distinct structures: groups that mix device types, ranks
   // left idle one at a time, uneven group sizes.
   void RankLevelSearch() {
+    if (cluster_.num_ranks() <= kEveryStructureUpTo) {
+      for (const Structure& structure : ExactStructures(cluster_))
+        pool_.Add(structure, "every-structure " + RanksName(structure));
+    }
     for (int num_groups = 2; num_groups < cluster_.num_ranks(); ++num_groups) {
       Structure structure = BalancedGroups(cluster_, num_groups, heads_);
       if (!structure.groups.empty()) pool_.Add(structure, "balanced-mix " + RanksName(structure));
@@ -931,7 +981,7 @@ class SchedulerRun {
   const ScheduleOptions& options_;
   const Cluster& cluster_;
   const Clock& clock_;
-  const bool quick_, small_;
+  const bool quick_, small_, tiny_;
   const int heads_;
   std::vector<StrategyResult> baselines_;
   std::vector<Supernode> domains_;

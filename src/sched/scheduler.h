@@ -38,7 +38,8 @@ struct ScheduleOptions {
   int threads = 1;
   // Called from the calling thread with the fraction done, in [0, 1]; may be empty.
   std::function<void(double)> progress;
-  int top_k = 4;  // group-level candidates kept for refinement (at least 8 on <= 16 ranks)
+  int top_k = 4;  // group-level candidates kept for refinement (at least 8 on <= 16 ranks; on
+                  // <= 4 ranks every structure is a candidate and every membership is refined)
   // Descent work per retained candidate, in trial moves (0: automatic, scaled to the cluster).
   int64_t max_trials = 0;
   // When no plan fits, also search for the smallest change that fits (costs a few re-plans).

@@ -170,6 +170,46 @@ TEST(Schedule, TimeLimitStillReturnsAValidPlan) {
   EXPECT_TRUE(options.deadline.CutShort());
 }
 
+// One-GPU nodes of five device types, each node a kind of its own (distinct NICs) or the same
+// GPUs written as five kinds. The scheduler's size passes move the kinds of one device type
+// together and a ring's chain traffic is linear in its groups, so the distinct kinds cost about
+// what the five kinds cost (before: 12x at 400 kinds, 75x at 1000; docs/limits.md). A ratio of
+// two planning times measured in one run.
+TEST(Schedule, DistinctKindsPlanAsFastAsFewKinds) {
+  constexpr int kGpus = 400;
+  constexpr double kMaxRatio = 3.0;
+  const char* types[] = {"H100-SXM", "A100-SXM-80G", "A800", "L40S", "H20"};
+  Cluster distinct;
+  distinct.name = "distinct";
+  for (int gpu = 0; gpu < kGpus; ++gpu) {
+    NodeKind kind;
+    kind.device = Device(types[gpu % 5]);
+    kind.count = 1;
+    kind.gpus_per_node = 1;
+    kind.intra_node_bytes_per_second = 300e9;
+    kind.nic_bytes_per_second = 12.5e9 + gpu * 0.01e9;
+    kind.latency_seconds = 3e-6;
+    distinct.kinds.push_back(kind);
+  }
+  distinct.Finalize();
+  std::vector<DeviceSpec> devices;
+  for (const char* type : types) devices.push_back(Device(type));
+  const Cluster few = MakeCluster(devices, std::vector<int>(5, kGpus / 5), 1, 25e9);
+  ASSERT_EQ(distinct.kinds.size(), static_cast<size_t>(kGpus));
+  ASSERT_EQ(few.num_ranks(), kGpus);
+  auto seconds = [](const Cluster& cluster) {
+    const CostModel model(cluster, Model("gpt-3b"), Work(int64_t{128} << 10));
+    const auto start = std::chrono::steady_clock::now();
+    auto result = Schedule(model.problem());
+    EXPECT_TRUE(result && result->feasible() && Validate(result->plan, cluster, model.model()));
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  const double few_seconds = seconds(few);
+  const double distinct_seconds = seconds(distinct);
+  EXPECT_LT(distinct_seconds, kMaxRatio * few_seconds)
+      << distinct_seconds << " s for " << kGpus << " kinds, " << few_seconds << " s for 5";
+}
+
 TEST(Infeasible, ExplainsRankNeedAndSmallestChange) {
   Cluster cluster = MakeCluster({Device("A100-40G")}, {1}, 8, 25e9);
   CostModel model(cluster, Model("llama3-8b"), Work(int64_t{128} << 10, Recompute::kNone));

@@ -388,7 +388,6 @@ class CandidatePool {
                      [](const Scored* a, const Scored* b) { return Less(a->score, b->score); });
     return out;
   }
-  // Which ranks are grouped together, ignoring ring order and member order (the idle set last).
   // The number of distinct memberships among the candidates.
   int NumMemberships() const {
     std::set<std::vector<std::vector<int>>> keys;
@@ -396,6 +395,7 @@ class CandidatePool {
     return static_cast<int>(keys.size());
   }
 
+  // Which ranks are grouped together, ignoring ring order and member order (the idle set last).
   static std::vector<std::vector<int>> MembershipKey(const Layout& layout) {
     std::vector<std::vector<int>> key;
     std::vector<int> idle;
@@ -875,12 +875,11 @@ class SchedulerRun {
   }
 
   // Small clusters, from the best few distinct structures: groups that mix device types, ranks
-  // left idle one at a time, uneven group sizes.
+  // left idle one at a time, uneven group sizes; tiny ones first get every structure.
   void RankLevelSearch() {
-    if (cluster_.num_ranks() <= kEveryStructureUpTo) {
+    if (tiny_)
       for (const Structure& structure : ExactStructures(cluster_))
         pool_.Add(structure, "every-structure " + RanksName(structure));
-    }
     for (int num_groups = 2; num_groups < cluster_.num_ranks(); ++num_groups) {
       Structure structure = BalancedGroups(cluster_, num_groups, heads_);
       if (!structure.groups.empty()) pool_.Add(structure, "balanced-mix " + RanksName(structure));

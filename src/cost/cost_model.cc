@@ -315,8 +315,8 @@ std::vector<CostModel::RingContext> CostModel::RingContexts(const Plan& plan) {
   return out;
 }
 
-GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
-                                   const RingContext& ring) const {
+GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index, const RingContext& ring,
+                                   const ChainIndex& chains) const {
   const PlanGroup& group = plan.groups[group_index];
   const int num_heads = problem_.model.heads, num_kv = problem_.model.kv_heads;
   const int64_t group_tokens = TotalTokens(group.tokens);
@@ -365,7 +365,7 @@ GroupCost CostModel::EvaluateGroup(const Plan& plan, int group_index,
     return out;
   }
   LocalPhase(group, scratch, out);
-  RingPortTimes(plan, group_index, ring, scratch, out);
+  RingPortTimes(plan, group_index, ring, chains, scratch, out);
   MemberFigures(group, ring, scratch, out);
   StaggeredLocal(group, scratch, out);
   finish_memory();
@@ -514,156 +514,17 @@ void CostModel::StaggeredLocal(const PlanGroup& group, GroupScratch& scratch,
                   exchange(scratch.lin, factor, /*qkv=*/false);
 }
 
-namespace {
-
-// First and last token position and token count of a plan group (tokens == 0: idle).
-struct GroupSpan {
-  int64_t first = 0, last = -1, tokens = 0;
-};
-
-GroupSpan SpanOf(const PlanGroup& group) {
-  GroupSpan span;
-  for (const Range& range : group.tokens) {
-    if (range.size() <= 0) continue;
-    span.first = span.tokens == 0 ? range.begin : std::min(span.first, range.begin);
-    span.last = std::max(span.last, range.end - 1);
-    span.tokens += range.size();
-  }
-  return span;
-}
-
-}  // namespace
-
-CostModel::ChainTraffic CostModel::GroupChainTraffic(const Plan& plan, int group_index) const {
-  ChainTraffic out;
-  GroupChainTraffic(plan, group_index, out);
-  return out;
-}
-
-namespace {
-
-// A list of peers in first-seen order with a constant-time lookup by plan group (a ring of G
-// groups can list O(G) origins per group). slot[group] is where the group's entry was last put;
-// it is trusted only when that entry is the group's, so slots left from other lists (the storage
-// is reused across calls) need no clearing.
-class PeerList {
- public:
-  PeerList(std::vector<CostModel::PeerTraffic>& list, std::vector<int>& slot, size_t num_groups)
-      : list_(list), slot_(slot) {
-    list_.clear();
-    if (slot_.size() < num_groups) slot_.resize(num_groups, -1);
-  }
-  void Add(int group, int64_t tokens) {
-    int& position = slot_[group];
-    if (position >= 0 && position < static_cast<int>(list_.size()) &&
-        list_[position].group == group) {
-      list_[position].tokens += tokens;
-      ++list_[position].blocks;
-      return;
-    }
-    position = static_cast<int>(list_.size());
-    list_.push_back({group, tokens, 1});
-  }
-
- private:
-  std::vector<CostModel::PeerTraffic>& list_;
-  std::vector<int>& slot_;
-};
-
-// reach[i - 1] = the largest last position among the first i groups going round the ring from a
-// group (forward or backward); non-decreasing, so the first group at or after a key position is a
-// binary search. Returns that i (1-based), or 0 when none among the first `limit`.
-int FirstReaching(const std::vector<int64_t>& reach, int limit, int64_t position) {
-  if (limit > 0 && reach.front() >= position) return 1;  // the common case, without the search
-  const auto end = reach.begin() + limit;
-  const auto found = std::lower_bound(reach.begin(), end, position);
-  return found == end ? 0 : static_cast<int>(found - reach.begin()) + 1;
-}
-
-}  // namespace
-
-// A ring group needs origin o's block when its last query is at or after o's first key (the
-// schedule's rule). Going round the ring from the group, the groups strictly between it and o are
-// the ones after it on o's chain (the first that needs o is where it sends o's block and sum);
-// going back, those strictly between o and it are before it (the nearest that needs o sent it).
-void CostModel::GroupChainTraffic(const Plan& plan, int group_index, ChainTraffic& out) const {
-  thread_local std::vector<int> slots[4];
-  const size_t num_groups = plan.groups.size();
-  PeerList kv_from(out.kv_from, slots[0], num_groups), kv_to(out.kv_to, slots[1], num_groups);
-  PeerList sums_from(out.sums_from, slots[2], num_groups);
-  PeerList sums_to(out.sums_to, slots[3], num_groups);
-  out.own_return = 0;
-  out.own_returner = -1;
-  thread_local std::vector<int> ring;
-  thread_local std::vector<GroupSpan> spans;
-  thread_local std::vector<int64_t> ahead, behind;
-  ring.clear();
-  spans.clear();
-  int self = -1;
-  for (size_t g = 0; g < plan.groups.size(); ++g) {
-    const GroupSpan span = SpanOf(plan.groups[g]);
-    if (span.tokens == 0) continue;
-    if (static_cast<int>(g) == group_index) self = static_cast<int>(ring.size());
-    ring.push_back(static_cast<int>(g));
-    spans.push_back(span);
-  }
-  if (self < 0) return;
-  const int ring_size = static_cast<int>(ring.size());
-  auto at = [&](int distance) {  // REQUIRES: |distance| < ring_size (no division needed)
-    const int index = self + distance;
-    return index >= ring_size ? index - ring_size : index < 0 ? index + ring_size : index;
-  };
-  ahead.assign(ring_size - 1, -1);
-  behind.assign(ring_size - 1, -1);
-  for (int distance = 1; distance < ring_size; ++distance) {
-    ahead[distance - 1] =
-        std::max(distance > 1 ? ahead[distance - 2] : -1, spans[at(distance)].last);
-    behind[distance - 1] =
-        std::max(distance > 1 ? behind[distance - 2] : -1, spans[at(-distance)].last);
-  }
-  const GroupSpan& mine = spans[self];
-  for (int distance = 1; distance < ring_size; ++distance) {
-    // Origin `distance` groups ahead: does it visit, and where does its chain go after this one?
-    const int origin = at(distance);
-    const GroupSpan& keys = spans[origin];
-    if (mine.last < keys.first) continue;
-    const int next = FirstReaching(ahead, distance - 1, keys.first);
-    if (next > 0) {
-      kv_to.Add(ring[at(next)], keys.tokens);
-      sums_to.Add(ring[at(next)], keys.tokens);
-    } else {
-      sums_to.Add(ring[origin], keys.tokens);
-    }
-    // The same origin seen going back: the nearest group before this one on its chain.
-    const int back = ring_size - distance;
-    const int previous = FirstReaching(behind, back - 1, keys.first);
-    if (previous > 0) {
-      kv_from.Add(ring[at(-previous)], keys.tokens);
-      sums_from.Add(ring[at(-previous)], keys.tokens);
-    } else {
-      kv_from.Add(ring[origin], keys.tokens);
-    }
-  }
-  const int first_hop = FirstReaching(ahead, ring_size - 1, mine.first);
-  if (first_hop == 0) return;
-  kv_to.Add(ring[at(first_hop)], mine.tokens);
-  for (int distance = ring_size - 1; distance >= 1; --distance) {
-    if (spans[at(distance)].last < mine.first) continue;
-    out.own_return = mine.tokens;
-    out.own_returner = ring[at(distance)];
-    break;
-  }
-}
-
 std::vector<CostModel::RingRankBytes> CostModel::RingBytesPerRank(const Plan& plan,
                                                                   bool backward) const {
   std::vector<RingRankBytes> out(problem_.cluster.num_ranks());
   const double per_token = KvBytesPerTokenPerKvHead();
   ChainTraffic traffic;
+  ChainIndex chains;
+  chains.Build(plan);
   std::vector<int> primary;
   for (size_t g = 0; g < plan.groups.size(); ++g) {
     const PlanGroup& group = plan.groups[g];
-    GroupChainTraffic(plan, static_cast<int>(g), traffic);
+    chains.Traffic(static_cast<int>(g), traffic);
     PrimaryMembers(group, problem_.model.heads, problem_.model.kv_heads, primary);
     const int64_t kv_in = traffic.kv_in();
     for (int kv = 0; kv < problem_.model.kv_heads; ++kv) {
@@ -720,7 +581,8 @@ int CostModel::PeerPrimary(const Plan& plan, int group_index, int kv_head,
 // blocks come from and go to, and to replicas) and the backward's dK/dV partials and sums, with
 // the layer schedule's byte counts and links (GroupChainTraffic).
 void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingContext& ring,
-                              GroupScratch& scratch, GroupCost& out) const {
+                              const ChainIndex& chains, GroupScratch& scratch,
+                              GroupCost& out) const {
   const PlanGroup& group = plan.groups[group_index];
   const size_t num_members = group.members.size();
   const int num_heads = problem_.model.heads, num_kv = problem_.model.kv_heads;
@@ -744,7 +606,7 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
   PrimaryMembers(group, num_heads, num_kv, mine_member);
   scratch.peers_used = 0;
   ChainTraffic& traffic = scratch.traffic;
-  GroupChainTraffic(plan, group_index, traffic);
+  chains.Traffic(group_index, traffic);
   const int64_t kv_in = traffic.kv_in();
   const double per_token = KvBytesPerTokenPerKvHead();
   scratch.latency_seen.clear();
@@ -1053,14 +915,14 @@ int LinkId(std::vector<std::vector<std::pair<int, int>>>& links_from, int from, 
 void CostModel::BuildChainRing(const Plan& plan, const std::vector<GroupCost>& costs,
                                ChainRing& ring, std::vector<int>& ring_to_plan) const {
   const int num_kv = problem_.model.kv_heads;
-  thread_local std::vector<GroupSpan> spans;
+  thread_local std::vector<TokenSpan> spans;
   thread_local std::vector<int> primaries, members;  // primaries: [ring group * num_kv + kv head]
   ring.groups.clear();
   ring_to_plan.clear();
   spans.clear();
   primaries.clear();
   for (size_t g = 0; g < plan.groups.size(); ++g) {
-    const GroupSpan span = SpanOf(plan.groups[g]);
+    const TokenSpan span = SpanOf(plan.groups[g].tokens);
     if (span.tokens == 0) continue;
     const Ranges& tokens = plan.groups[g].tokens;
     ring.groups.push_back({static_cast<double>(span.tokens), costs[g].seconds_per_pair,
@@ -1248,10 +1110,12 @@ PlanCost CostModel::EvaluateReplicas(const Plan& plan) const {
 PlanCost CostModel::Evaluate(const Plan& plan) const {
   if (NumReplicas(plan) > 1) return EvaluateReplicas(plan);
   const std::vector<RingContext> rings = RingContexts(plan);
+  ChainIndex chains;
+  chains.Build(plan);
   std::vector<GroupCost> groups;
   groups.reserve(plan.groups.size());
   for (size_t g = 0; g < plan.groups.size(); ++g)
-    groups.push_back(EvaluateGroup(plan, static_cast<int>(g), rings[g]));
+    groups.push_back(EvaluateGroup(plan, static_cast<int>(g), rings[g], chains));
   return Combine(plan, groups);
 }
 

@@ -151,7 +151,10 @@ class CostModel {
     int64_t max_group_tokens = 0;  // largest |Sigma_k|: sizes the ring buffers
   };
   static std::vector<RingContext> RingContexts(const Plan& plan);
-  GroupCost EvaluateGroup(const Plan& plan, int group, const RingContext& ring) const;
+  class ChainIndex;  // every group's sub-ring traffic (below)
+  // `chains`: ChainIndex::Build of `plan` as it is now.
+  GroupCost EvaluateGroup(const Plan& plan, int group, const RingContext& ring,
+                          const ChainIndex& chains) const;
   // Combines group costs (one per plan group, in plan order) into the plan's cost.
   PlanCost Combine(const Plan& plan, const std::vector<GroupCost>& groups) const;
   // The blocks' chains' floor on both ring phases, per layer (Combine and the scheduler's
@@ -190,12 +193,11 @@ class CostModel {
   // Indexed [i][j] by member position; the diagonal stays local (0).
   std::vector<std::vector<double>> AllToAllBytes(const PlanGroup& group, bool inbound) const;
 
-  // The layer schedule's sub-ring traffic of one group, in tokens of blocks (a closed form over
-  // the groups' first and last token positions, O(ring groups x log ring groups + ranges); the
-  // schedule's chains skip every group with no causal pair, and dK/dV sums travel along the
-  // chain, DkvRoute kAlongChain). A block of t tokens is t x 2 x head_dim x bytes per KV head it
-  // carries. Traffic is listed per peer group (plan group index), so that every block is charged
-  // to the link it crosses.
+  // The layer schedule's sub-ring traffic of one group, in tokens of blocks (the schedule's
+  // chains skip every group with no causal pair, and dK/dV sums travel along the chain, DkvRoute
+  // kAlongChain). A block of t tokens is t x 2 x head_dim x bytes per KV head it carries. Traffic
+  // is listed per peer group (plan group index), so that every block is charged to the link it
+  // crosses.
   struct PeerTraffic {
     int group = 0;       // plan group index of the peer
     int64_t tokens = 0;  // tokens of the blocks exchanged with it
@@ -217,7 +219,46 @@ class CostModel {
       return tokens;
     }
   };
-  // REQUIRES: group_index < plan.groups.size(). An idle group has no traffic.
+  // Every group's chain traffic of one plan, from the groups' first and last token positions:
+  // Build is O(ring groups x log ring groups + ranges), then Traffic is O(log ring groups) per
+  // peer it lists, so a whole ring of G groups costs O(G log G), not O(G^2). Origins whose first
+  // key lies between the same two running maxima of the groups' last queries (going round the
+  // ring from a group) pass through the same next group: Traffic sums them as one band.
+  class ChainIndex {
+   public:
+    void Build(const Plan& plan);
+    // REQUIRES: Build(plan) ran on the plan as it is now; group_index < plan.groups.size().
+    // An idle group has no traffic.
+    void Traffic(int group_index, ChainTraffic& out) const;
+
+   private:
+    struct Band {
+      int64_t tokens = 0;
+      int blocks = 0;
+    };
+    // The groups other than ring group `self` whose first key is in (below, top].
+    Band BandOf(int64_t below, int64_t top, int self) const;
+    struct Stop {
+      int group = 0;     // plan group where the running maximum rises
+      Band band;         // the origins whose blocks pass through it
+      Band origin;       // of those, the stop itself (blocks 0 or 1)
+      bool own = false;  // the band holds the walking group's own first key
+    };
+    template <typename Visit>
+    void Walk(int self, bool forward, Visit&& visit) const;
+
+    int ring_size_ = 0;
+    std::vector<int> ring_of_group_;              // plan group -> ring position (-1: idle)
+    std::vector<int> group_of_ring_;              // ring position -> plan group
+    std::vector<int64_t> first_, last_, tokens_;  // per ring position
+    std::vector<int64_t> sorted_first_;           // every ring group's first key, ascending
+    std::vector<int64_t> tokens_before_;          // tokens of the groups before each in that order
+    // Over the ring written twice (position p is ring group p mod ring_size_): the next position
+    // after p whose last query is later (2 x ring_size_: none), and the previous one (-1: none).
+    std::vector<int> next_later_, previous_later_;
+  };
+  // REQUIRES: group_index < plan.groups.size(). An idle group has no traffic. Builds an index of
+  // the plan per call: to list every group, build a ChainIndex once.
   ChainTraffic GroupChainTraffic(const Plan& plan, int group_index) const;
   void GroupChainTraffic(const Plan& plan, int group_index, ChainTraffic& out) const;
 
@@ -265,7 +306,7 @@ class CostModel {
   // The phases of EvaluateGroup, in order; each fills its part of `out` from `scratch`.
   void LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupCost& out) const;
   void RingPortTimes(const Plan& plan, int group_index, const RingContext& ring,
-                     GroupScratch& scratch, GroupCost& out) const;
+                     const ChainIndex& chains, GroupScratch& scratch, GroupCost& out) const;
   void DkvSumTimes(const Plan& plan, int group_index, int kv_head, GroupScratch& scratch) const;
   int PeerPrimary(const Plan& plan, int group_index, int kv_head, GroupScratch& scratch) const;
   void MemberFigures(const PlanGroup& group, const RingContext& ring, GroupScratch& scratch,

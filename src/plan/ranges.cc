@@ -22,6 +22,17 @@ int64_t TotalTokens(const Ranges& ranges) {
   return total;
 }
 
+TokenSpan SpanOf(const Ranges& ranges) {
+  TokenSpan span;
+  for (const Range& range : ranges) {
+    if (range.size() <= 0) continue;
+    span.first = span.tokens == 0 ? range.begin : std::min(span.first, range.begin);
+    span.last = std::max(span.last, range.end - 1);
+    span.tokens += range.size();
+  }
+  return span;
+}
+
 namespace {
 
 // Pair counts are summed in 128 bits: the products below reach 2^63 for ranges near

@@ -19,6 +19,12 @@ struct Range {
 using Ranges = std::vector<Range>;
 
 int64_t TotalTokens(const Ranges& ranges);
+// The first and last position of a set of ranges and its token count (tokens == 0: empty, and
+// then first and last mean nothing).
+struct TokenSpan {
+  int64_t first = 0, last = -1, tokens = 0;
+};
+TokenSpan SpanOf(const Ranges& ranges);
 // "[low, high)" when `closed` is false, "[low, high]" when true (for messages).
 std::string IntervalText(int64_t low, int64_t high, bool closed = false);
 

@@ -143,6 +143,7 @@ PlanState::PlanState(const CostModel& model, Layout layout, const Objective* cut
   RecomputePositions();
   // The raw gradient-synchronization time, none of it hidden.
   sync_seconds_ = model_.GradSyncTotalSeconds(plan_);
+  chains_.Build(plan_);
   EvaluateAll();
   Renormalize();
   cutoff_ = nullptr;
@@ -169,7 +170,8 @@ void PlanState::RebuildGroup(int group) {
 void PlanState::EvaluateAll() {
   rings_ = CostModel::RingContexts(plan_);
   costs_.resize(layout_.size());
-  for (int g = 0; g < num_groups(); ++g) costs_[g] = model_.EvaluateGroup(plan_, g, rings_[g]);
+  for (int g = 0; g < num_groups(); ++g)
+    costs_[g] = model_.EvaluateGroup(plan_, g, rings_[g], chains_);
   ComputeScore();
 }
 
@@ -385,6 +387,9 @@ PlanState::MoveOutcome PlanState::MoveGroupTokens(const Move& move, Saved& saved
   }
   RecomputePositions();
   for (int group = lo; group <= hi; ++group) RebuildGroup(group);
+  std::swap(chains_, saved.chains);  // kept for Restore; the storage is reused
+  saved.chains_saved = true;
+  chains_.Build(plan_);
   int64_t max_tokens = 0;
   for (const GroupLayout& group : layout_) max_tokens = std::max(max_tokens, group.total());
   if (was_active_from != (from.total() > 0) || was_active_to != (to.total() > 0)) {
@@ -414,6 +419,7 @@ bool PlanState::Mutate(const Move& move, Saved& saved) {
   // trial move allocates only where a group's shape grows.
   saved.groups.clear();
   saved.full = false;
+  saved.chains_saved = false;
   saved.old_max_tokens = -1;
   saved.score = score_;
   saved.iteration = iteration_;
@@ -434,7 +440,8 @@ bool PlanState::Mutate(const Move& move, Saved& saved) {
   if (outcome == MoveOutcome::kIllegal) return false;
   if (outcome == MoveOutcome::kRescored) return true;
   for (int group : touched_) SaveGroup(group, saved);
-  for (int group : touched_) costs_[group] = model_.EvaluateGroup(plan_, group, rings_[group]);
+  for (int group : touched_)
+    costs_[group] = model_.EvaluateGroup(plan_, group, rings_[group], chains_);
   ComputeScore();
   return true;
 }
@@ -452,6 +459,7 @@ void PlanState::Restore(Saved& saved) {
     rings_ = std::move(saved.rings);
     costs_ = std::move(saved.all_costs);
   }
+  if (saved.chains_saved) std::swap(chains_, saved.chains);
   RecomputePositions();
   score_ = saved.score;
   iteration_ = saved.iteration;

@@ -95,6 +95,8 @@ class PlanState {
     bool full = false;
     std::vector<CostModel::RingContext> rings;
     std::vector<GroupCost> all_costs;
+    bool chains_saved = false;  // `chains` holds the index from before the move
+    CostModel::ChainIndex chains;
     int64_t old_max_tokens = -1;
     Objective score;
     double iteration = 0;
@@ -127,6 +129,7 @@ class PlanState {
   Plan plan_;
   std::vector<int64_t> front_pos_, back_pos_;  // start of the front chunk, end of the back chunk
   std::vector<CostModel::RingContext> rings_;
+  CostModel::ChainIndex chains_;  // of plan_ as it is now
   std::vector<GroupCost> costs_;
   double sync_seconds_ = 0;
   double norm_[6] = {1, 1, 1, 1, 1, 1};

@@ -28,8 +28,8 @@ double MaxFinish(const std::vector<int>& split, const std::vector<double>& first
 // The least max finish over every split with each replica >= 1 (brute force).
 double BruteForceMinMax(int batch, const std::vector<double>& first,
                         const std::vector<double>& slope, std::vector<int>& split, size_t next) {
-  if (next + 1 == split.size()) {
-    split[next] = batch;
+  if (next + 1 >= split.size()) {  // the last replica takes the rest
+    split.back() = batch;
     return MaxFinish(split, first, slope);
   }
   double best = 1e300;

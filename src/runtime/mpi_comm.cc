@@ -403,7 +403,9 @@ void MpiWatchdog::SetPhase(const char* phase) {
     std::fprintf(stderr, "hexiseq: %s: rank %d computes forever in phase %s (%s, a test hook)\n",
                  what_.c_str(), state_->rank, phase, kStallEnv);
     std::fflush(stderr);
-    for (volatile uint64_t spin = 0;; spin = spin + 1) {
+    volatile uint64_t spin = 0;
+    for (;;) {
+      spin = spin + 1;
     }
   }
   std::fprintf(stderr,

@@ -1,8 +1,10 @@
 // The scheduler with data-parallel replicas, left-out ranks and --zero/--recompute auto, on mixed
 // 4-type clusters (H100, A100, A800, L40S nodes of 8), llama3-8b. Checks every plan (valid, never
 // slower than the best baseline at the same settings) before it reports.
-//   sched_replicas speed [gpus...]   planning time, seq 128K, batch 16: Schedule at zero 1 /
-//                                    full recompute, and RunStrategy with both auto
+//   sched_replicas speed [gpus...] [--threads N]
+//                                    planning time, seq 128K, batch 16: Schedule at zero 1 /
+//                                    full recompute, and RunStrategy with both auto (on N
+//                                    planner threads, default 1)
 //   sched_replicas ideal             fraction of ideal (cost model), 32-128 GPUs, 32K and 128K,
 //                                    batch 8 and 16, both auto; the best baseline beside it
 //   sched_replicas quality           the predicted iteration time of every strategy's plan (both
@@ -65,7 +67,7 @@ void Check(const CostModel& model, const StrategyResult& result, double best_bas
   }
 }
 
-int Speed(std::vector<int> sizes) {
+int Speed(std::vector<int> sizes, int threads) {
   if (sizes.empty()) sizes = {128, 1024, 8192};
   std::printf("%-6s %-14s %-14s %-12s %-12s %-12s %-9s %s\n", "gpus", "fixed_plan_s", "fixed_cpu_s",
               "auto_plan_s", "auto_cpu_s", "iter_s", "replicas", "config");
@@ -76,11 +78,14 @@ int Speed(std::vector<int> sizes) {
     workload.zero_stage = 1;
     const CostModel model(sched_test::MixedCluster(gpus), sched_test::Model("llama3-8b"), workload);
     Result<StrategyResult> fixed, chosen;
-    const Timing fixed_seconds = Seconds([&] { fixed = Schedule(model.problem()); });
+    ScheduleOptions fixed_options;
+    fixed_options.threads = threads;
+    const Timing fixed_seconds = Seconds([&] { fixed = Schedule(model.problem(), fixed_options); });
     std::fprintf(stderr, "%d GPUs: fixed settings planned in %.3f s (%.3f s CPU)\n", gpus,
                  fixed_seconds.wall, fixed_seconds.cpu);
     ScheduleOptions automatic;
     automatic.zero_auto = automatic.recompute_auto = true;
+    automatic.threads = threads;
     const Timing auto_seconds =
         Seconds([&] { chosen = RunStrategy(model.problem(), "hexiseq", automatic); });
     if (!fixed || !chosen) {
@@ -176,8 +181,14 @@ int main(int argc, char** argv) {
   PrintBenchHeader("sched_replicas");
   const std::string mode = argc > 1 ? argv[1] : "speed";
   std::vector<int> sizes;
-  for (int arg = 2; arg < argc; ++arg) sizes.push_back(std::atoi(argv[arg]));
+  int threads = 1;
+  for (int arg = 2; arg < argc; ++arg) {
+    if (std::string(argv[arg]) == "--threads" && arg + 1 < argc)
+      threads = std::max(1, std::atoi(argv[++arg]));
+    else
+      sizes.push_back(std::atoi(argv[arg]));
+  }
   if (mode == "ideal") return Ideal();
   if (mode == "quality") return Quality();
-  return Speed(sizes);
+  return Speed(sizes, threads);
 }

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "sched/data_parallel.h"
+#include "sched/parallel.h"
 
 namespace hexiseq {
 namespace {
@@ -455,16 +456,19 @@ StrategyResult ProportionalPlan(const CostModel& model) {
   return Score(model, std::move(plan), "groups=nodes proportional");
 }
 
-std::vector<StrategyResult> AllBaselines(const Problem& problem, const Deadline& deadline) {
+std::vector<StrategyResult> AllBaselines(const Problem& problem, const Deadline& deadline,
+                                         int threads) {
   using Baseline = StrategyResult (*)(const Problem&, const Deadline&);
   const std::pair<const char*, Baseline> baselines[] = {{"ring", RingBaseline},
                                                         {"ulysses", UlyssesBaseline},
                                                         {"usp", UspBaseline},
                                                         {"hetero-ring", HeteroRingBaseline},
                                                         {"subset", SubsetBaseline}};
-  std::vector<StrategyResult> out;
-  for (const auto& [name, baseline] : baselines)
-    out.push_back(deadline.Expired() ? NotScored(name, deadline) : baseline(problem, deadline));
+  std::vector<StrategyResult> out(std::size(baselines));
+  ParallelFor(threads, out.size(), [&](size_t index) {
+    const auto& [name, baseline] = baselines[index];
+    out[index] = deadline.Expired() ? NotScored(name, deadline) : baseline(problem, deadline);
+  });
   return out;
 }
 

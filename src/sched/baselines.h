@@ -15,6 +15,7 @@
 // ring, ulysses, usp and subset also try every homogeneous data-parallel degree (data_parallel.h).
 #pragma once
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -49,6 +50,9 @@ struct StrategyResult {
   // The deadline passed before the strategy scored any plan (then not applicable; `reason` is
   // NotScoredReason).
   bool timed_out = false;
+  // A search's fastest candidate that did not fit (its predicted or screened iteration time;
+  // infinity when every candidate fit): a configuration that needs less memory may make it fit.
+  double fastest_unfit_seconds = std::numeric_limits<double>::infinity();
   bool feasible() const { return applicable && cost.feasible; }
 };
 
@@ -69,8 +73,9 @@ StrategyResult HeteroRingBaseline(const Problem& problem, const Deadline& deadli
 StrategyResult SubsetBaseline(const Problem& problem, const Deadline& deadline = {});
 StrategyResult ProportionalPlan(const CostModel& model);  // strategy "hexiseq" until the scheduler
 // ring, ulysses, usp, hetero-ring, subset, in that order (NotScored for those the deadline
-// stopped before they started).
-std::vector<StrategyResult> AllBaselines(const Problem& problem, const Deadline& deadline = {});
+// stopped before they started), on up to `threads` threads (the same results on any number).
+std::vector<StrategyResult> AllBaselines(const Problem& problem, const Deadline& deadline = {},
+                                         int threads = 1);
 
 // The result of a strategy that the deadline stopped before it scored a plan: not applicable,
 // timed_out, reason NotScoredReason(deadline).

@@ -6,6 +6,7 @@
 #include <deque>
 #include <optional>
 
+#include "sched/parallel.h"
 #include "sched/subcluster.h"
 
 namespace hexiseq::sched_internal {
@@ -35,13 +36,20 @@ StrategyResult ScreenPlan(const CostModel& replica) {
   return Better(usp, proportional) ? usp : proportional;
 }
 
+int Participants(const ReplicaPartition& partition) {
+  int participants = 0;
+  for (const std::vector<int>& replica : partition.replicas)
+    participants += static_cast<int>(replica.size());
+  return participants;
+}
+
 // Plans replicas on their sub-clusters (screen: ScreenPlan; else the one-replica scheduler
 // without its rank-level search); identical make-ups (same sub-cluster, same sharding) are
 // planned once.
 class ReplicaPlanner {
  public:
   ReplicaPlanner(const CostModel& world, const ScheduleOptions& options, bool screen)
-      : world_(world), options_(options), screen_(screen) {
+      : world_(world), options_(options), screen_(screen), threads_(options.threads) {
     options_.progress = nullptr;
     options_.candidates = nullptr;
     options_.explain_infeasible = false;
@@ -50,13 +58,40 @@ class ReplicaPlanner {
     options_.top_k = kReplicaTopK;
   }
   const ReplicaTiming& Plan(const SubCluster& sub, int shard_ranks) {
-    for (const Entry& entry : cache_)
-      if (entry.shard_ranks == shard_ranks && entry.cluster == sub.cluster) return entry.timing;
+    if (const ReplicaTiming* cached = Cached(sub.cluster, shard_ranks)) return *cached;
     cache_.push_back({sub.cluster, shard_ranks, Time(sub, shard_ranks)});
     return cache_.back().timing;
   }
+  // Plans every make-up of `which`'s replicas not planned yet, on the options' threads, so that
+  // Plan finds them all.
+  void PlanAhead(const std::vector<ReplicaPartition>& candidates,
+                 const std::vector<size_t>& which) {
+    std::vector<std::pair<SubCluster, int>> missing;
+    for (size_t index : which) {
+      const int participants = Participants(candidates[index]);
+      for (const std::vector<int>& replica : candidates[index].replicas) {
+        SubCluster sub = MakeSubCluster(world_.cluster(), replica);
+        const bool listed = std::any_of(missing.begin(), missing.end(), [&](const auto& other) {
+          return other.second == participants && other.first.cluster == sub.cluster;
+        });
+        if (!listed && !Cached(sub.cluster, participants))
+          missing.push_back({std::move(sub), participants});
+      }
+    }
+    std::vector<ReplicaTiming> timings(missing.size());
+    ParallelFor(threads_, missing.size(), [&](size_t item) {
+      timings[item] = Time(missing[item].first, missing[item].second);
+    });
+    for (size_t item = 0; item < missing.size(); ++item)
+      cache_.push_back({missing[item].first.cluster, missing[item].second, timings[item]});
+  }
 
  private:
+  const ReplicaTiming* Cached(const Cluster& cluster, int shard_ranks) const {
+    for (const Entry& entry : cache_)
+      if (entry.shard_ranks == shard_ranks && entry.cluster == cluster) return &entry.timing;
+    return nullptr;
+  }
   ReplicaTiming Time(const SubCluster& sub, int shard_ranks) const {
     const CostModel one = ReplicaCostModel(world_, sub, 1, shard_ranks);
     ReplicaTiming timing;
@@ -84,28 +119,44 @@ class ReplicaPlanner {
     ReplicaTiming timing;
   };
   const CostModel& world_;
-  ScheduleOptions options_;
+  ScheduleOptions options_;  // for each replica's own search: one thread
   bool screen_;
+  int threads_;              // for PlanAhead
   std::deque<Entry> cache_;  // stable references
 };
 
-// The candidate planned and scored on the world; nullopt when a replica does not fit.
+// The slowest replica's busy time at the min-max split of the batch.
+double BusySeconds(int batch, const std::vector<double>& first,
+                   const std::vector<double>& per_sequence) {
+  const std::vector<int> split = MinMaxBatchSplit(batch, first, per_sequence);
+  double busy = 0;
+  for (size_t replica = 0; replica < split.size(); ++replica)
+    busy = std::max(busy, first[replica] + (split[replica] - 1) * per_sequence[replica]);
+  return busy;
+}
+
+// The candidate planned and scored on the world; nullopt when a replica does not fit (then
+// `unfit_seconds` is lowered to its BusySeconds).
 std::optional<StrategyResult> EvaluateCandidate(const CostModel& world,
                                                 const ReplicaPartition& partition,
-                                                ReplicaPlanner& planner) {
-  int participants = 0;
-  for (const std::vector<int>& replica : partition.replicas)
-    participants += static_cast<int>(replica.size());
+                                                ReplicaPlanner& planner, double& unfit_seconds) {
+  const int participants = Participants(partition);
   std::vector<SubCluster> subs;
   std::vector<const ReplicaTiming*> timings;
   std::vector<double> first, per_sequence;
+  bool fits = true;
   for (const std::vector<int>& replica : partition.replicas) {
     subs.push_back(MakeSubCluster(world.cluster(), replica));
     const ReplicaTiming& timing = planner.Plan(subs.back(), participants);
-    if (!timing.result.feasible()) return std::nullopt;
+    fits = fits && timing.result.feasible();
     timings.push_back(&timing);
     first.push_back(timing.first_sequence_seconds);
     per_sequence.push_back(timing.per_sequence_seconds);
+  }
+  if (!fits) {
+    unfit_seconds =
+        std::min(unfit_seconds, BusySeconds(world.workload().batch, first, per_sequence));
+    return std::nullopt;
   }
   std::optional<StrategyResult> best;
   for (const std::vector<int>& split : CandidateBatchSplits(
@@ -125,15 +176,17 @@ struct Scored {
   StrategyResult result;
 };
 
-// Every candidate through `planner`, best first (by Better), until the clock runs out.
+// Every candidate through `planner`, best first (by Better), until the clock runs out; those that
+// do not fit lower `unfit_seconds` (EvaluateCandidate).
 std::vector<Scored> ScoreAll(const CostModel& world,
                              const std::vector<ReplicaPartition>& candidates,
                              const std::vector<size_t>& which, ReplicaPlanner& planner,
-                             const Clock& clock) {
+                             const Clock& clock, double& unfit_seconds) {
   std::vector<Scored> scored;
   for (size_t index : which) {
     if (clock.Expired()) break;
-    std::optional<StrategyResult> result = EvaluateCandidate(world, candidates[index], planner);
+    std::optional<StrategyResult> result =
+        EvaluateCandidate(world, candidates[index], planner, unfit_seconds);
     if (result) scored.push_back({index, std::move(*result)});
   }
   std::stable_sort(scored.begin(), scored.end(),
@@ -185,19 +238,24 @@ ReplicaOutcome SearchReplicas(const CostModel& model, const ScheduleOptions& opt
       ReplicaCandidates(model.cluster(), model.workload().batch);
   std::vector<size_t> all(candidates.size());
   for (size_t index = 0; index < all.size(); ++index) all[index] = index;
+  ReplicaOutcome outcome;
   ReplicaPlanner screen(model, options, true);
-  std::vector<Scored> screened = ScoreAll(model, candidates, all, screen, clock);
+  std::vector<Scored> screened =
+      ScoreAll(model, candidates, all, screen, clock, outcome.fastest_unfit_seconds);
   std::vector<size_t> best_few;
-  for (size_t rank = 0; rank < std::min(kRefinedCandidates, screened.size()); ++rank)
+  for (size_t rank = 0; rank < std::min(kRefinedCandidates, screened.size()); ++rank) {
     best_few.push_back(screened[rank].candidate);
+    outcome.screened_best.push_back(screened[rank].result);
+  }
   // Tiny clusters: every candidate, also those whose screen plan does not fit memory.
   if (model.cluster().num_ranks() <= kRefineAllUpTo) best_few = all;
   ReplicaPlanner full(model, options, false);
-  std::vector<Scored> refined = ScoreAll(model, candidates, best_few, full, clock);
+  full.PlanAhead(candidates, best_few);
+  std::vector<Scored> refined =
+      ScoreAll(model, candidates, best_few, full, clock, outcome.fastest_unfit_seconds);
   refined.insert(refined.end(), screened.begin(), screened.end());
   std::stable_sort(refined.begin(), refined.end(),
                    [](const Scored& a, const Scored& b) { return Better(a.result, b.result); });
-  ReplicaOutcome outcome;
   if (refined.empty()) return outcome;
   outcome.found = true;
   outcome.best = refined.front().result;
@@ -210,6 +268,13 @@ ReplicaOutcome SearchReplicas(const CostModel& model, const ScheduleOptions& opt
       break;
     }
   return outcome;
+}
+
+bool WorthRefining(const ReplicaOutcome& replicas, const StrategyResult& rival) {
+  const size_t ahead =
+      std::count_if(replicas.screened_best.begin(), replicas.screened_best.end(),
+                    [&](const StrategyResult& screened) { return Better(screened, rival); });
+  return ahead < kRefinedCandidates;
 }
 
 StrategyResult ChooseWithReplicas(const SearchOutcome& one_replica,

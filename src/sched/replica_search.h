@@ -56,10 +56,19 @@ struct ReplicaOutcome {
   // The best candidate that leaves no rank out (what leaving ranks out gained is measured
   // against it); absent when no such candidate fits.
   std::optional<StrategyResult> best_all_ranks;
+  // The best few candidates by their screen plans (the ones refined), best first.
+  std::vector<StrategyResult> screened_best;
+  // The fastest candidate with a replica that does not fit, by its replicas' busy time at the
+  // min-max batch split (no gradient sync); infinity when none.
+  double fastest_unfit_seconds = std::numeric_limits<double>::infinity();
 };
-// The replica search proper (the one-replica plan is not among its candidates).
+// The replica search proper (the one-replica plan is not among its candidates). Reads only its
+// arguments: it may run beside the one-replica search.
 ReplicaOutcome SearchReplicas(const CostModel& model, const ScheduleOptions& options,
                               const Clock& clock);
+// Whether the one-replica plan, before its refinement (`rival`), is worth refining: unless every
+// one of the replica search's refined candidates was better than it by its screen plan alone.
+bool WorthRefining(const ReplicaOutcome& replicas, const StrategyResult& rival);
 
 // The better of the one-replica plan and the replica search's, strategy "hexiseq", with
 // options_considered filled: the chosen plan first, then the others by Better (the one-replica

@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "sched/parallel.h"
 #include "sched/plan_state.h"
 #include "sched/replica_search.h"
 #include "sched/scheduler_internal.h"
@@ -635,7 +636,7 @@ class SchedulerRun {
 
   // Baselines: seeds of the pool and the floor the result must beat.
   void ScoreBaselines(const std::vector<StrategyResult>* scored) {
-    baselines_ = scored ? *scored : AllBaselines(model_.problem(), clock_);
+    baselines_ = scored ? *scored : AllBaselines(model_.problem(), clock_, options_.threads);
     if (!clock_.Expired()) baselines_.push_back(ProportionalPlan(model_));
   }
 
@@ -673,19 +674,13 @@ class SchedulerRun {
     refined_.assign(top_.size(), Layout{});
     refined_score_.assign(top_.size(), Objective{});
     refined_seconds_.assign(top_.size(), 0);
-    const int threads = std::max(1, std::min<int>(options_.threads, top_.size()));
-    if (threads <= 1) {
+    if (options_.threads <= 1) {
       for (size_t i = 0; i < top_.size(); ++i) {
         Refine(i);
         Report(0.45 + 0.5 * (i + 1) / top_.size());
       }
     } else {
-      std::vector<std::thread> workers;
-      for (int thread = 0; thread < threads; ++thread)
-        workers.emplace_back([&, thread] {
-          for (size_t i = thread; i < top_.size(); i += threads) Refine(i);
-        });
-      for (std::thread& worker : workers) worker.join();
+      ParallelFor(options_.threads, top_.size(), [&](size_t i) { Refine(i); });
       Report(0.95);
     }
     if (!quick_ && small_) {
@@ -694,14 +689,39 @@ class SchedulerRun {
     }
   }
 
+  // The best candidate before refinement, scored in full (top_ is not empty after ChooseTop).
+  StrategyResult BestUnrefined() const {
+    const Scored& best = *top_.front();
+    return Score(model_, BuildPlan(model_, best.layout, "hexiseq", best.name), best.name);
+  }
+
+  // The fastest pool candidate that does not fit (infinity when all fit).
+  double FastestUnfitSeconds() const {
+    double fastest = std::numeric_limits<double>::infinity();
+    for (const Scored& scored : pool_.items())
+      if (!scored.score.feasible) fastest = std::min(fastest, scored.seconds);
+    return fastest;
+  }
+
+  // Choose() without refinement: every retained candidate stands as it was scored.
+  void KeepUnrefined() {
+    refined_.clear();
+    refined_score_.clear();
+    for (const Scored* scored : top_) {
+      refined_.push_back(scored->layout);
+      refined_score_.push_back(scored->score);
+    }
+    refined_seconds_.assign(top_.size(), 0);  // the candidate table shows none refined
+    descended_ = false;
+  }
+
   // The best refined plan, re-scored in full, against every baseline.
   SearchOutcome Choose() const {
     SearchOutcome out;
     bool have = false;
     for (size_t i = 0; i < top_.size(); ++i) {
-      StrategyResult result =
-          Score(model_, BuildPlan(model_, refined_[i], "hexiseq", top_[i]->name + " refined"),
-                top_[i]->name + " refined");
+      const std::string name = top_[i]->name + (descended_ ? " refined" : "");
+      StrategyResult result = Score(model_, BuildPlan(model_, refined_[i], "hexiseq", name), name);
       if (!have || Better(result, out.best)) {
         out.best = std::move(result);
         have = true;
@@ -991,6 +1011,7 @@ class SchedulerRun {
   std::vector<Layout> refined_;
   std::vector<Objective> refined_score_;
   std::vector<double> refined_seconds_;
+  bool descended_ = true;  // false after KeepUnrefined
 };
 
 }  // namespace
@@ -1028,8 +1049,33 @@ Result<StrategyResult> ScheduleWithBaselines(const Problem& problem, const Sched
                            ": must be >= 1");
   if (options.threads < 1)
     return InvalidArgument("--threads = " + std::to_string(options.threads) + ": must be >= 1");
-  SearchOutcome out = RunScheduler(model, options, false, true, baselines);
-  out.best = ChooseWithReplicas(out, SearchReplicas(model, options, options.deadline));
+  // The replica search runs beside the one-replica search's candidates when threads allow.
+  // Beyond the small clusters the one-replica plan is then refined only when WorthRefining.
+  ReplicaOutcome replicas;
+  const auto search_replicas = [&] { replicas = SearchReplicas(model, options, options.deadline); };
+  std::thread helper;
+  if (options.threads > 1) helper = std::thread(search_replicas);
+  SchedulerRun run(model, options, false, true);
+  run.Report(0);
+  run.ScoreBaselines(baselines);
+  run.Report(0.05);
+  run.GroupCandidates();
+  run.ChooseTop();
+  if (helper.joinable())
+    helper.join();
+  else
+    search_replicas();
+  if (model.cluster().num_ranks() <= kStructureSearchUpTo ||
+      WorthRefining(replicas, run.BestUnrefined()))
+    run.RefineTop();
+  else
+    run.KeepUnrefined();
+  SearchOutcome out = run.Choose();
+  if (options.candidates) run.RecordCandidates(*options.candidates);
+  run.Report(1);
+  out.best = ChooseWithReplicas(out, replicas);
+  out.best.fastest_unfit_seconds =
+      std::min(run.FastestUnfitSeconds(), replicas.fastest_unfit_seconds);
   if (!out.best.cost.feasible) {
     if (!options.explain_infeasible)
       return Infeasible("infeasible: " + out.best.cost.infeasible_reason);

@@ -6,10 +6,16 @@
 #include <limits>
 #include <optional>
 
+#include "sched/parallel.h"
+
 namespace hexiseq {
 namespace {
 
 constexpr size_t kSearchedConfigs = 2;  // configurations a search is run at, after the screen
+// A plan using at least this fraction of some rank's memory is taken to be shaped by memory (as
+// is one the search found while a faster candidate did not fit): a configuration that needs less
+// memory may allow a faster plan than the same search found here.
+constexpr double kMemoryShapedFraction = 0.9;
 
 bool IsSearch(const std::string& name) { return name == "hexiseq" || name == "exact"; }
 
@@ -60,8 +66,9 @@ struct Screened {
   StrategyResult best;                    // the best baseline (the screen's score)
 };
 
-Screened ScreenAt(const Problem& problem, const TrainingConfig& config, const Deadline& deadline) {
-  Screened screened{config, AllBaselines(WithTraining(problem, config), deadline), {}};
+Screened ScreenAt(const Problem& problem, const TrainingConfig& config, const Deadline& deadline,
+                  int threads) {
+  Screened screened{config, AllBaselines(WithTraining(problem, config), deadline, threads), {}};
   screened.best = *std::min_element(screened.baselines.begin(), screened.baselines.end(), Better);
   return screened;
 }
@@ -87,20 +94,20 @@ StrategyResult Rescored(const Problem& problem, const StrategyResult& result) {
 // memory cap may pick other plans here, so the benches check the floor against every baseline
 // run at every configuration (sched_replicas quality, bench/sched/plan_quality --diff).
 Screened ScreenAgainst(const Problem& problem, const TrainingConfig& config, const Screened& first,
-                       double to_beat, const Deadline& deadline) {
+                       double to_beat, const Deadline& deadline, int threads) {
   const Problem at = WithTraining(problem, config);
   ScheduleOptions rerun;
   rerun.deadline = deadline;
-  Screened screened{config, {}, {}};
-  for (const StrategyResult& baseline : first.baselines) {
-    if (!baseline.applicable) {
-      screened.baselines.push_back(baseline);
-    } else if (baseline.feasible() && baseline.cost.iteration_seconds >= to_beat) {
-      screened.baselines.push_back(Rescored(at, baseline));
-    } else {
-      screened.baselines.push_back(*RunStrategy(at, baseline.strategy, rerun));
-    }
-  }
+  Screened screened{config, std::vector<StrategyResult>(first.baselines.size()), {}};
+  ParallelFor(threads, first.baselines.size(), [&](size_t index) {
+    const StrategyResult& baseline = first.baselines[index];
+    if (!baseline.applicable)
+      screened.baselines[index] = baseline;
+    else if (baseline.feasible() && baseline.cost.iteration_seconds >= to_beat)
+      screened.baselines[index] = Rescored(at, baseline);
+    else
+      screened.baselines[index] = *RunStrategy(at, baseline.strategy, rerun);
+  });
   screened.best = *std::min_element(screened.baselines.begin(), screened.baselines.end(), Better);
   return screened;
 }
@@ -117,36 +124,60 @@ std::vector<std::pair<TrainingConfig, double>> ByBound(const Problem& problem,
   return order;
 }
 
+// Whether the search is run again at a screened configuration, given the best plan found so far
+// (`to_beat`, infinity when none is feasible) and whether memory shaped it. A plan is never faster
+// at another configuration than at the first, so the search there can only do better where memory
+// bound the first (it lets plans fit that did not) or where one of its baselines beats the plan
+// found (which then also keeps the floor).
+bool WorthSearching(const Screened& screened, double to_beat, bool memory_shaped) {
+  if (!std::isfinite(to_beat) || memory_shaped) return true;
+  return screened.best.feasible() && screened.best.cost.iteration_seconds < to_beat;
+}
+
 // A search over the open configurations (TrainingConfigs order: the first has the lowest ZeRO
 // stage and the least recompute, so every plan is fastest there). First the search at the first
 // configuration; then the baselines at every other configuration whose bound is below the best
 // plan found (the others cannot beat it: neither the search nor a baseline there), and the
 // search at the best of those by best baseline (the best two when the first search found no
-// feasible plan). The best baseline over every configuration is therefore at a configuration
+// feasible plan) where WorthSearching (always for the `exact` search, which reports no unfit
+// candidates). The best baseline over every configuration is therefore at a configuration
 // searched or no faster than a plan found, so the search keeps its floor.
 void SearchBounded(const Problem& problem, const std::vector<TrainingConfig>& configs,
-                   const ScheduleOptions& fixed, const FixedStrategy& run, Runs& runs) {
+                   const ScheduleOptions& fixed, const FixedStrategy& run, bool exact, Runs& runs) {
   const Deadline& deadline = fixed.deadline;
-  const Screened first = ScreenAt(problem, configs.front(), deadline);
+  const Screened first = ScreenAt(problem, configs.front(), deadline, fixed.threads);
   runs.NoteBaseline(first.best);
   if (deadline.Expired()) return;
   runs.Run(run, WithTraining(problem, first.config), fixed, &first.baselines);
   if (runs.first_error) return;  // bad options: the same error at every configuration
   const double to_beat = runs.BestFeasibleSeconds();
+  // With to_beat finite the first run gave a feasible plan: the only result so far.
+  const std::optional<StrategyResult> found =
+      std::isfinite(to_beat) ? std::optional(runs.results.front()) : std::nullopt;
+  const bool memory_shaped =
+      exact || (found && (found->cost.max_memory_fraction >= kMemoryShapedFraction ||
+                          found->fastest_unfit_seconds < to_beat));
   std::vector<Screened> screened;
   const std::vector<TrainingConfig> others(configs.begin() + 1, configs.end());
   for (const auto& [config, bound] : ByBound(problem, others)) {
     if (deadline.Expired()) return;
     if (bound >= to_beat) continue;
-    screened.push_back(ScreenAgainst(problem, config, first, to_beat, deadline));
+    screened.push_back(ScreenAgainst(problem, config, first, to_beat, deadline, fixed.threads));
     runs.NoteBaseline(screened.back().best);
   }
   std::stable_sort(screened.begin(), screened.end(), [](const Screened& a, const Screened& b) {
     return ScreenBefore(a.best, b.best);
   });
   const size_t searches = std::isfinite(to_beat) ? kSearchedConfigs - 1 : kSearchedConfigs;
-  for (size_t rank = 0; rank < std::min(searches, screened.size()) && !deadline.Expired(); ++rank)
-    runs.Run(run, WithTraining(problem, screened[rank].config), fixed, &screened[rank].baselines);
+  for (size_t rank = 0; rank < std::min(searches, screened.size()) && !deadline.Expired(); ++rank) {
+    const Problem at = WithTraining(problem, screened[rank].config);
+    if (WorthSearching(screened[rank], to_beat, memory_shaped)) {
+      runs.Run(run, at, fixed, &screened[rank].baselines);
+    } else {  // the option row of this configuration: the plan found, re-scored there
+      runs.results.push_back(Rescored(at, *found));
+      runs.tables.emplace_back();
+    }
+  }
 }
 
 // Rows of the chosen result first, then the best of every other configuration, best first.
@@ -200,7 +231,7 @@ Result<StrategyResult> SearchTraining(const Problem& problem, const std::string&
   fixed.explain_infeasible = false;
   Runs runs;
   if (IsSearch(name) && configs.size() > kSearchedConfigs) {
-    SearchBounded(problem, configs, fixed, run, runs);
+    SearchBounded(problem, configs, fixed, run, name == "exact", runs);
   } else {
     for (const TrainingConfig& config : configs) {
       if (options.deadline.Expired()) break;

@@ -276,6 +276,49 @@ TEST(TrainingSearch, AutoNeverWorseThanAnyFixedChoice) {
   }
 }
 
+// 128 mixed GPUs, gpt-13b at 128K, batch 8: without recompute the best plan found fits (2 replicas)
+// while faster candidates (4 replicas) do not; they fit at ZeRO 3, so auto must search there too
+// and find at least what a fixed run there finds.
+TEST(TrainingSearch, SearchesAgainWhereMemoryShapedTheFirstPlan) {
+  Workload workload;
+  workload.seq_len = 131072;
+  workload.batch = 8;
+  const CostModel model(sched_test::MixedCluster(128), sched_test::Model("gpt-13b"), workload);
+  ScheduleOptions automatic;
+  automatic.zero_auto = automatic.recompute_auto = true;
+  auto chosen = RunStrategy(model.problem(), "hexiseq", automatic);
+  ASSERT_TRUE(chosen) << chosen.error().message;
+  const TrainingConfig first = {kLeastMemoryAllReduceStage, Recompute::kNone};
+  auto at_first = Schedule(WithTraining(model.problem(), first));
+  ASSERT_TRUE(at_first && at_first->feasible());
+  EXPECT_LT(at_first->fastest_unfit_seconds, at_first->cost.iteration_seconds)
+      << "the case no longer exercises the rule";
+  auto at_zero3 = Schedule(WithTraining(model.problem(), {kShardedWeightsStage, Recompute::kNone}));
+  ASSERT_TRUE(at_zero3 && at_zero3->feasible());
+  EXPECT_LT(at_zero3->cost.iteration_seconds, at_first->cost.iteration_seconds);
+  EXPECT_LE(chosen->cost.iteration_seconds, at_zero3->cost.iteration_seconds * (1 + 1e-12));
+}
+
+// The one-replica plan is refined unless every refined replica candidate's screen plan beats it.
+TEST(ReplicaSearch, OneReplicaRefinedUnlessEveryRefinedCandidateScreensBetter) {
+  auto result = [](double seconds, bool feasible) {
+    StrategyResult r;
+    r.cost.iteration_seconds = seconds;
+    r.cost.feasible = feasible;
+    return r;
+  };
+  sched_internal::ReplicaOutcome replicas;
+  EXPECT_TRUE(sched_internal::WorthRefining(replicas, result(5, true)));  // none screened
+  replicas.screened_best = {result(3, true), result(4, true)};
+  EXPECT_FALSE(sched_internal::WorthRefining(replicas, result(5, true)));
+  EXPECT_TRUE(sched_internal::WorthRefining(replicas, result(3.5, true)));
+  EXPECT_TRUE(sched_internal::WorthRefining(replicas, result(2, true)));
+  replicas.screened_best = {result(3, true), result(1, false)};  // one does not fit
+  EXPECT_TRUE(sched_internal::WorthRefining(replicas, result(5, true)));
+  replicas.screened_best = {result(3, true)};  // only one candidate
+  EXPECT_TRUE(sched_internal::WorthRefining(replicas, result(5, true)));
+}
+
 // The candidate table `plan` prints is the chosen configuration's, not the last one searched.
 TEST(TrainingSearch, CandidateTableIsTheChosenConfigurations) {
   Workload workload;

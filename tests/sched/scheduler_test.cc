@@ -8,6 +8,7 @@
 #include "plan/plan.h"
 #include "sched/plan_state.h"
 #include "sched/sched_test_util.h"
+#include "sched/strategies.h"
 #include "spec/spec_input.h"
 
 namespace hexiseq {
@@ -133,6 +134,28 @@ TEST(Schedule, DeterministicAcrossRunsAndThreads) {
   ASSERT_TRUE(a && b && c);
   EXPECT_EQ(PlanToJson(a->plan), PlanToJson(b->plan));
   EXPECT_EQ(PlanToJson(a->plan), PlanToJson(c->plan));
+}
+
+// With replicas and --zero/--recompute auto (the replica search beside the one-replica search,
+// replica plans and baselines on several threads): the same plan and options on 1 and 3 threads.
+TEST(Schedule, AutoWithReplicasDeterministicAcrossThreads) {
+  Workload workload = Work(32768);
+  workload.batch = 8;
+  CostModel model(sched_test::MixedCluster(64), Model("llama3-8b"), workload);
+  ScheduleOptions one, three;
+  one.zero_auto = one.recompute_auto = three.zero_auto = three.recompute_auto = true;
+  three.threads = 3;
+  auto a = RunStrategy(model.problem(), "hexiseq", one);
+  auto b = RunStrategy(model.problem(), "hexiseq", three);
+  ASSERT_TRUE(a && b);
+  EXPECT_GT(NumReplicas(a->plan), 1);
+  EXPECT_EQ(PlanToJson(a->plan), PlanToJson(b->plan));
+  ASSERT_EQ(a->options_considered.size(), b->options_considered.size());
+  for (size_t row = 0; row < a->options_considered.size(); ++row) {
+    EXPECT_EQ(a->options_considered[row].name, b->options_considered[row].name);
+    EXPECT_EQ(a->options_considered[row].iteration_seconds,
+              b->options_considered[row].iteration_seconds);
+  }
 }
 
 TEST(Schedule, ReportsProgressAndCandidates) {

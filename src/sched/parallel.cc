@@ -1,0 +1,27 @@
+// ParallelFor (parallel.h): workers take the next index from a shared counter.
+#include "sched/parallel.h"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <vector>
+
+namespace hexiseq {
+
+void ParallelFor(int threads, size_t count, const std::function<void(size_t)>& task) {
+  const size_t workers = std::min(count, static_cast<size_t>(std::max(threads, 1)));
+  if (workers <= 1) {
+    for (size_t index = 0; index < count; ++index) task(index);
+    return;
+  }
+  std::atomic<size_t> next{0};
+  const auto work = [&] {
+    for (size_t index = next++; index < count; index = next++) task(index);
+  };
+  std::vector<std::thread> helpers;
+  for (size_t helper = 1; helper < workers; ++helper) helpers.emplace_back(work);
+  work();
+  for (std::thread& helper : helpers) helper.join();
+}
+
+}  // namespace hexiseq

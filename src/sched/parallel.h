@@ -1,0 +1,14 @@
+// A fixed set of independent tasks spread over a few threads.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+
+namespace hexiseq {
+
+// Runs task(0), ..., task(count - 1), each once, on up to `threads` threads (the calling thread
+// among them; 1 or less: in order on the calling thread). Returns when all have run. The result
+// does not depend on `threads` when each task writes only its own output slot.
+void ParallelFor(int threads, size_t count, const std::function<void(size_t)>& task);
+
+}  // namespace hexiseq

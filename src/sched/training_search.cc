@@ -173,9 +173,10 @@ void SearchBounded(const Problem& problem, const std::vector<TrainingConfig>& co
     const Problem at = WithTraining(problem, screened[rank].config);
     if (WorthSearching(screened[rank], to_beat, memory_shaped)) {
       runs.Run(run, at, fixed, &screened[rank].baselines);
-    } else {  // the option row of this configuration: the plan found, re-scored there
+    } else {  // the option row of this configuration: the plan found, re-scored there (with
+              // its candidate table, should it win a tie on memory)
       runs.results.push_back(Rescored(at, *found));
-      runs.tables.emplace_back();
+      runs.tables.push_back(runs.tables.front());
     }
   }
 }

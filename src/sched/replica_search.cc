@@ -125,13 +125,18 @@ class ReplicaPlanner {
   std::deque<Entry> cache_;  // stable references
 };
 
+// A replica's busy time for `sequences` sequences, one after another.
+double FinishSeconds(double first_sequence_seconds, double per_sequence_seconds, int sequences) {
+  return first_sequence_seconds + (sequences - 1) * per_sequence_seconds;
+}
+
 // The slowest replica's busy time at the min-max split of the batch.
 double BusySeconds(int batch, const std::vector<double>& first,
                    const std::vector<double>& per_sequence) {
   const std::vector<int> split = MinMaxBatchSplit(batch, first, per_sequence);
   double busy = 0;
   for (size_t replica = 0; replica < split.size(); ++replica)
-    busy = std::max(busy, first[replica] + (split[replica] - 1) * per_sequence[replica]);
+    busy = std::max(busy, FinishSeconds(first[replica], per_sequence[replica], split[replica]));
   return busy;
 }
 
@@ -201,7 +206,7 @@ std::vector<int> MinMaxBatchSplit(int batch, const std::vector<double>& first_se
   const size_t replicas = first_sequence_seconds.size();
   std::vector<int> split(replicas, 1);
   auto finish = [&](size_t replica, int sequences) {
-    return first_sequence_seconds[replica] + (sequences - 1) * per_sequence_seconds[replica];
+    return FinishSeconds(first_sequence_seconds[replica], per_sequence_seconds[replica], sequences);
   };
   for (int given = static_cast<int>(replicas); given < batch; ++given) {
     size_t target = replicas;

@@ -154,9 +154,8 @@ void SearchBounded(const Problem& problem, const std::vector<TrainingConfig>& co
   // With to_beat finite the first run gave a feasible plan: the only result so far.
   const std::optional<StrategyResult> found =
       std::isfinite(to_beat) ? std::optional(runs.results.front()) : std::nullopt;
-  const bool memory_shaped =
-      exact || (found && (found->cost.max_memory_fraction >= kMemoryShapedFraction ||
-                          found->fastest_unfit_seconds < to_beat));
+  const bool memory_shaped = found && (found->cost.max_memory_fraction >= kMemoryShapedFraction ||
+                                       found->fastest_unfit_seconds < to_beat);
   std::vector<Screened> screened;
   const std::vector<TrainingConfig> others(configs.begin() + 1, configs.end());
   for (const auto& [config, bound] : ByBound(problem, others)) {
@@ -171,7 +170,7 @@ void SearchBounded(const Problem& problem, const std::vector<TrainingConfig>& co
   const size_t searches = std::isfinite(to_beat) ? kSearchedConfigs - 1 : kSearchedConfigs;
   for (size_t rank = 0; rank < std::min(searches, screened.size()) && !deadline.Expired(); ++rank) {
     const Problem at = WithTraining(problem, screened[rank].config);
-    if (WorthSearching(screened[rank], to_beat, memory_shaped)) {
+    if (exact || WorthSearching(screened[rank], to_beat, memory_shaped)) {
       runs.Run(run, at, fixed, &screened[rank].baselines);
     } else {  // the option row of this configuration: the plan found, re-scored there (with
               // its candidate table, should it win a tie on memory)

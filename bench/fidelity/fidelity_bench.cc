@@ -9,7 +9,8 @@
 // modelled speed. With `routes`, also simulates every plan with the other dK/dV route
 // (DkvRoute::kDirectToOwner vs the schedule's kAlongChain) and reports the ratio of simulated
 // iteration times per strategy: the evidence behind the schedule's policy.
-// Usage: fidelity_bench [min_feasible_plans=300] [seed=1] [routes]
+// `layers=N` simulates N layers explicitly (default 1; at most the model's).
+// Usage: fidelity_bench [min_feasible_plans=300] [seed=1] [routes] [layers=N]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -253,9 +254,16 @@ Sample MakeSample(double model_seconds, const sim::SimResult& sim, const std::st
   return {model_seconds / sim.iteration_seconds - 1, where, term_text};
 }
 
+// Simulates `explicit_layers` layers explicitly (at most the model's).
+sim::SimOptions Layers(const ModelSpec& model, int explicit_layers) {
+  sim::SimOptions options;
+  options.explicit_layers = std::min(model.layers, explicit_layers);
+  return options;
+}
+
 // The composed replica plans of a scenario that the model finds feasible, each scored by the
 // model (batch = the plan's) and simulated. False when one fails to simulate (a bug).
-bool SampleReplicaPlans(const Scenario& scenario,
+bool SampleReplicaPlans(const Scenario& scenario, int explicit_layers,
                         std::map<std::string, std::vector<Sample>>& samples) {
   for (const Plan& plan : ReplicaPlans(scenario)) {
     Workload workload = scenario.workload;
@@ -263,7 +271,7 @@ bool SampleReplicaPlans(const Scenario& scenario,
     const CostModel cost(scenario.cluster, scenario.model, workload);
     const PlanCost predicted = cost.Evaluate(plan);
     if (!predicted.feasible) continue;
-    auto sim = sim::Simulate(plan, cost.problem());
+    auto sim = sim::Simulate(plan, cost.problem(), Layers(scenario.model, explicit_layers));
     if (!sim) {
       std::fprintf(stderr, "simulate failed: %s\n", sim.error().message.c_str());
       return false;
@@ -362,7 +370,7 @@ void PrintRouteTable(const std::map<std::string, std::vector<double>>& ratios) {
   }
 }
 
-int Run(int min_plans, uint64_t seed, bool compare_routes) {
+int Run(int min_plans, uint64_t seed, bool compare_routes, int explicit_layers) {
   PrintHeader();
   std::mt19937_64 rng(seed);
   std::map<std::string, std::vector<Sample>> samples, replica_samples;
@@ -377,13 +385,14 @@ int Run(int min_plans, uint64_t seed, bool compare_routes) {
     std::vector<double> modelled, simulated;
     for (const StrategyResult& result : AllStrategies(cost)) {
       if (!result.feasible()) continue;
-      auto sim = sim::Simulate(result.plan, cost.problem());
+      const sim::SimOptions layers = Layers(scenario.model, explicit_layers);
+      auto sim = sim::Simulate(result.plan, cost.problem(), layers);
       if (!sim) {
         std::fprintf(stderr, "simulate failed: %s\n", sim.error().message.c_str());
         return 1;
       }
       if (compare_routes) {
-        sim::SimOptions direct;
+        sim::SimOptions direct = layers;
         direct.dkv_route = DkvRoute::kDirectToOwner;
         auto other = sim::Simulate(result.plan, cost.problem(), direct);
         if (!other) {
@@ -399,7 +408,7 @@ int Run(int min_plans, uint64_t seed, bool compare_routes) {
       simulated.push_back(sim->iteration_seconds);
       ++feasible;
     }
-    if (!SampleReplicaPlans(scenario, replica_samples)) return 1;
+    if (!SampleReplicaPlans(scenario, explicit_layers, replica_samples)) return 1;
     ++scenarios;
     if (modelled.size() >= 3) {
       taus.push_back(sim::KendallTau(modelled, simulated));
@@ -440,10 +449,22 @@ int Run(int min_plans, uint64_t seed, bool compare_routes) {
 int main(int argc, char** argv) {
   const int min_plans = argc > 1 ? std::atoi(argv[1]) : 300;
   const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1;
-  const bool compare_routes = argc > 3 && std::string(argv[3]) == "routes";
-  if (min_plans < 1 || (argc > 3 && !compare_routes)) {
-    std::fprintf(stderr, "usage: fidelity_bench [min_feasible_plans >= 1] [seed] [routes]\n");
+  bool compare_routes = false, bad = min_plans < 1;
+  int explicit_layers = 1;
+  for (int arg = 3; arg < argc; ++arg) {
+    const std::string text = argv[arg];
+    if (text == "routes")
+      compare_routes = true;
+    else if (text.rfind("layers=", 0) == 0)
+      explicit_layers = std::atoi(text.c_str() + 7);
+    else
+      bad = true;
+  }
+  if (bad || explicit_layers < 1) {
+    std::fprintf(
+        stderr,
+        "usage: fidelity_bench [min_feasible_plans >= 1] [seed] [routes] [layers=N >= 1]\n");
     return 2;
   }
-  return hexiseq::Run(min_plans, seed, compare_routes);
+  return hexiseq::Run(min_plans, seed, compare_routes, explicit_layers);
 }

@@ -837,6 +837,7 @@ CostModel::RingChain CostModel::RingChainOf(const Plan& plan,
   out.seconds = chains.latest_arrival;
   out.ring_fwd_floor = chains.fwd;
   out.ring_bwd_floor = chains.bwd;
+  out.recompute_and_bwd_floor = chains.recompute_and_bwd;
   return out;
 }
 
@@ -999,7 +1000,8 @@ ChainBounds CostModel::RingChainBounds(const Plan& plan,
     local_fwd.push_back(groups[plan_index].local_fwd);
     local_bwd.push_back(groups[plan_index].local_bwd);
   }
-  return SteadyChainBounds(ring, local_fwd, local_bwd, k_.attention_backward_factor);
+  return SteadyChainBounds(ring, local_fwd, local_bwd, k_.attention_backward_factor,
+                           problem_.workload.recompute == Recompute::kFull);
 }
 
 PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& groups) const {
@@ -1028,8 +1030,7 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
   // The blocks' chains bound the ring phase from below.
   const RingChain chain = RingChainOf(plan, groups);
   cost.ring_chain_seconds = chain.seconds;
-  ring_fwd = std::max(ring_fwd, chain.ring_fwd_floor);
-  ring_bwd = std::max(ring_bwd, chain.ring_bwd_floor);
+  chain.Raise(ring_fwd, ring_bwd);
   const double fwd = local_fwd + ring_fwd;
   double recompute = 0;
   if (problem_.workload.recompute == Recompute::kFull) recompute = fwd;

@@ -29,6 +29,7 @@
 // norms/RoPE/softmax FLOPs (< 1%).
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -167,6 +168,13 @@ class CostModel {
     bool bounds = false;
     double seconds = 0;
     double ring_fwd_floor = 0, ring_bwd_floor = 0;
+    double recompute_and_bwd_floor = 0;  // full recompute: ChainBounds::recompute_and_bwd
+    // Raises a layer's ring phases (the groups' slowest) to the floors; the recompute forward's
+    // ring phase is the forward's, so the backward takes what the pair's floor leaves.
+    void Raise(double& ring_fwd, double& ring_bwd) const {
+      ring_fwd = std::max(ring_fwd, ring_fwd_floor);
+      ring_bwd = std::max({ring_bwd, ring_bwd_floor, recompute_and_bwd_floor - ring_fwd});
+    }
   };
   static constexpr int kChainRecurrenceMaxGroups = 64;
   RingChain RingChainOf(const Plan& plan, const std::vector<GroupCost>& groups) const;

@@ -149,25 +149,38 @@ void ReturnSums(Workspace& ws) {
   }
 }
 
-// The steady per-layer period: every group starts layer l + 1 when it has finished layer l and
-// its local phase (`local`, per ring group); the largest end's growth over the last layer.
-double SteadyPeriod(const ChainRing& ring, const std::vector<double>& local, double factor,
-                    bool sums, Workspace& ws, double* latest_arrival) {
+// One ring phase of a layer: its attention work factor (backward: dK/dV sums too) and each
+// group's local phase after it.
+struct Phase {
+  const std::vector<double>* local = nullptr;
+  double factor = 1.0;
+  bool sums = false;
+};
+
+// The steady period of `phases` run in turn (one layer's forward; or a recompute forward and its
+// backward): every group starts a phase when it has finished the previous one and its local phase;
+// the largest end's growth over the last round.
+double SteadyPeriod(const ChainRing& ring, const std::vector<Phase>& phases, Workspace& ws,
+                    double* latest_arrival) {
   const int size = static_cast<int>(ring.groups.size());
   ws.start.assign(size, 0.0);
   double previous_last = 0, period = 0;
   for (int layer = 0; layer < kChainLayers; ++layer) {
-    double arrival = 0;
-    SendAndCompute(ring, factor, ws, &arrival);
-    if (sums) ReturnSums(ws);
-    double last = 0;
-    for (int group = 0; group < size; ++group) {
-      last = std::max(last, ws.end[group] + local[group]);
-      ws.start[group] = ws.end[group] + local[group];
+    double last = 0;  // the round's last phase's latest end, local phase included
+    for (size_t index = 0; index < phases.size(); ++index) {
+      const Phase& phase = phases[index];
+      double arrival = 0;
+      SendAndCompute(ring, phase.factor, ws, &arrival);
+      if (phase.sums) ReturnSums(ws);
+      last = 0;
+      for (int group = 0; group < size; ++group) {
+        ws.start[group] = ws.end[group] + (*phase.local)[group];
+        last = std::max(last, ws.start[group]);
+      }
+      if (index == 0) *latest_arrival = arrival;
     }
     period = last - previous_last;
     previous_last = last;
-    *latest_arrival = arrival;
   }
   return period;
 }
@@ -175,17 +188,22 @@ double SteadyPeriod(const ChainRing& ring, const std::vector<double>& local, dou
 }  // namespace
 
 ChainBounds SteadyChainBounds(const ChainRing& ring, const std::vector<double>& local_fwd,
-                              const std::vector<double>& local_bwd, double backward_factor) {
+                              const std::vector<double>& local_bwd, double backward_factor,
+                              bool full_recompute) {
   ChainBounds bounds;
   if (ring.groups.size() <= 1) return bounds;
   thread_local Workspace ws;
   PrepareWorkspace(ring, ws);
   const double most_local_fwd = *std::max_element(local_fwd.begin(), local_fwd.end());
   const double most_local_bwd = *std::max_element(local_bwd.begin(), local_bwd.end());
+  const Phase forward{&local_fwd, 1.0, false}, backward{&local_bwd, backward_factor, true};
   double unused = 0;
-  bounds.fwd =
-      SteadyPeriod(ring, local_fwd, 1.0, false, ws, &bounds.latest_arrival) - most_local_fwd;
-  bounds.bwd = SteadyPeriod(ring, local_bwd, backward_factor, true, ws, &unused) - most_local_bwd;
+  bounds.fwd = SteadyPeriod(ring, {forward}, ws, &bounds.latest_arrival) - most_local_fwd;
+  if (full_recompute)
+    bounds.recompute_and_bwd =
+        SteadyPeriod(ring, {forward, backward}, ws, &unused) - most_local_fwd - most_local_bwd;
+  else
+    bounds.bwd = SteadyPeriod(ring, {backward}, ws, &unused) - most_local_bwd;
   return bounds;
 }
 

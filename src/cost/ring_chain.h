@@ -6,8 +6,10 @@
 // they reach its sender (ring distance, then origin); a hop waits for its receiver to be in the
 // phase (the runtime's rendezvous); each group computes its own block first, then the visiting
 // ones in arrival order. Backward, each block's dK/dV sum follows the chain, leaving a group once
-// that group has computed the block, and returns to the owner. Each group starts layer l + 1 when
-// it has finished layer l and its local phase; the bound is the steady per-layer period.
+// that group has computed the block, and returns to the owner. Each group starts a layer's phase
+// when it has finished the previous phase and its local phase; the bound is the steady per-layer
+// period. Forward layers follow each other; backward layers too, or under full recompute each
+// backward follows its layer's recompute forward, which follows the previous layer's backward.
 // Ignores: contention between different links of one port (the per-port terms of
 // CostModel::EvaluateGroup charge it). Cost: O(ring groups^2) index checks to build, then per
 // layer and direction one pass over the hops (the (block, group) pairs with causal work) in send
@@ -44,14 +46,20 @@ struct ChainRing {
 };
 
 struct ChainBounds {
-  double fwd = 0, bwd = 0;    // the ring phases' floor per layer (0 for a ring of one group)
+  double fwd = 0, bwd = 0;  // the ring phases' floor per layer (0 for a ring of one group)
+  // Full recompute (then bwd is 0): the floor on a recompute forward's and its backward's ring
+  // phases together. Each recompute forward starts with the skew between groups that the previous
+  // layer's backward left, and each backward with the recompute's.
+  double recompute_and_bwd = 0;
   double latest_arrival = 0;  // forward, steady layer: the last K/V block's arrival after start
 };
 
 // REQUIRES: `ring` is well formed (begin, hops, origin_of and send_order consistent, every
 // visiting hop's link < num_links); local_fwd and local_bwd have one entry per ring group.
-// `backward_factor`: attention backward over forward work.
+// `backward_factor`: attention backward over forward work. `full_recompute`: the backward passes
+// alternate with recompute forwards (recompute_and_bwd), otherwise they follow each other (bwd).
 ChainBounds SteadyChainBounds(const ChainRing& ring, const std::vector<double>& local_fwd,
-                              const std::vector<double>& local_bwd, double backward_factor);
+                              const std::vector<double>& local_bwd, double backward_factor,
+                              bool full_recompute);
 
 }  // namespace hexiseq

@@ -210,8 +210,7 @@ void PlanState::ComputeScore() {
   if (!loses) {
     const CostModel::RingChain chain = model_.RingChainOf(plan_, costs_);
     if (chain.bounds) {
-      maxima[1] = std::max(maxima[1], chain.ring_fwd_floor);
-      maxima[3] = std::max(maxima[3], chain.ring_bwd_floor);
+      chain.Raise(maxima[1], maxima[3]);
       iteration_ = IterationOf(maxima, selective);
     }
   }

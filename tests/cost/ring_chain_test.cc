@@ -73,22 +73,36 @@ std::vector<double> PlainPass(const PlainRing& ring, const std::vector<double>& 
   return end;
 }
 
-double PlainPeriod(const PlainRing& ring, const std::vector<double>& local, double factor,
-                   bool sums, double* latest_arrival) {
+// One phase of a round: each group's local phase after it, the work factor, dK/dV sums or not.
+struct PlainPhase {
+  std::vector<double> local;
+  double factor = 1.0;
+  bool sums = false;
+};
+
+// The phases in turn, round after round (a forward layer; a backward layer; or under full
+// recompute a recompute forward and its backward); the period of one round. `latest_arrival`:
+// the first phase's, last round.
+double PlainPeriod(const PlainRing& ring, const std::vector<PlainPhase>& phases,
+                   double* latest_arrival) {
   const int size = static_cast<int>(ring.groups.size());
   std::vector<double> start(size, 0.0);
   double previous_last = 0, period = 0;
   for (int layer = 0; layer < 4; ++layer) {
-    double arrival = 0;
-    const std::vector<double> end = PlainPass(ring, start, factor, sums, &arrival);
     double last = 0;
-    for (int group = 0; group < size; ++group) {
-      last = std::max(last, end[group] + local[group]);
-      start[group] = end[group] + local[group];
+    for (size_t index = 0; index < phases.size(); ++index) {
+      const PlainPhase& phase = phases[index];
+      double arrival = 0;
+      const std::vector<double> end = PlainPass(ring, start, phase.factor, phase.sums, &arrival);
+      last = 0;
+      for (int group = 0; group < size; ++group) {
+        last = std::max(last, end[group] + phase.local[group]);
+        start[group] = end[group] + phase.local[group];
+      }
+      if (index == 0) *latest_arrival = arrival;
     }
     period = last - previous_last;
     previous_last = last;
-    *latest_arrival = arrival;
   }
   return period;
 }
@@ -165,16 +179,26 @@ TEST(RingChain, EqualsThePlainRecurrenceOnRandomRings) {
         }
         ChainBounds expected;
         double unused = 0;
-        expected.fwd = PlainPeriod(plain, local_fwd, 1.0, false, &expected.latest_arrival) -
+        const PlainPhase forward{local_fwd, 1.0, false}, backward{local_bwd, 2.5, true};
+        expected.fwd = PlainPeriod(plain, {forward}, &expected.latest_arrival) -
                        *std::max_element(local_fwd.begin(), local_fwd.end());
-        expected.bwd = PlainPeriod(plain, local_bwd, 2.5, true, &unused) -
+        expected.bwd = PlainPeriod(plain, {backward}, &unused) -
                        *std::max_element(local_bwd.begin(), local_bwd.end());
-        const ChainBounds got = SteadyChainBounds(Flatten(plain), local_fwd, local_bwd, 2.5);
+        const ChainBounds got = SteadyChainBounds(Flatten(plain), local_fwd, local_bwd, 2.5, false);
         // The same operations in the same order: equal, not merely close.
         EXPECT_EQ(got.fwd, expected.fwd) << "size " << size << " skew " << skew;
         EXPECT_EQ(got.bwd, expected.bwd) << "size " << size << " skew " << skew;
         EXPECT_EQ(got.latest_arrival, expected.latest_arrival) << "size " << size;
         EXPECT_GT(got.fwd, 0.0);
+        const ChainBounds recompute =
+            SteadyChainBounds(Flatten(plain), local_fwd, local_bwd, 2.5, true);
+        EXPECT_EQ(recompute.fwd, expected.fwd);
+        EXPECT_EQ(recompute.bwd, 0.0);
+        EXPECT_EQ(recompute.recompute_and_bwd,
+                  PlainPeriod(plain, {forward, backward}, &unused) -
+                      *std::max_element(local_fwd.begin(), local_fwd.end()) -
+                      *std::max_element(local_bwd.begin(), local_bwd.end()))
+            << "size " << size << " skew " << skew;
         ++compared;
       }
     }
@@ -186,9 +210,10 @@ TEST(RingChain, OneGroupHasNoBound) {
   ChainRing ring;
   ring.groups.push_back({100, 1e-6, 0, 5000});
   ring.begin = {0, 0};
-  const ChainBounds bounds = SteadyChainBounds(ring, {0.1}, {0.2}, 2.5);
+  const ChainBounds bounds = SteadyChainBounds(ring, {0.1}, {0.2}, 2.5, true);
   EXPECT_EQ(bounds.fwd, 0.0);
   EXPECT_EQ(bounds.bwd, 0.0);
+  EXPECT_EQ(bounds.recompute_and_bwd, 0.0);
 }
 
 }  // namespace

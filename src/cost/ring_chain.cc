@@ -1,6 +1,7 @@
 #include "cost/ring_chain.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <vector>
 
 namespace hexiseq {
@@ -160,7 +161,7 @@ struct Phase {
 // The steady period of `phases` run in turn (one layer's forward; or a recompute forward and its
 // backward): every group starts a phase when it has finished the previous one and its local phase;
 // the largest end's growth over the last round.
-double SteadyPeriod(const ChainRing& ring, const std::vector<Phase>& phases, Workspace& ws,
+double SteadyPeriod(const ChainRing& ring, std::initializer_list<Phase> phases, Workspace& ws,
                     double* latest_arrival) {
   const int size = static_cast<int>(ring.groups.size());
   ws.start.assign(size, 0.0);
@@ -168,7 +169,7 @@ double SteadyPeriod(const ChainRing& ring, const std::vector<Phase>& phases, Wor
   for (int layer = 0; layer < kChainLayers; ++layer) {
     double last = 0;  // the round's last phase's latest end, local phase included
     for (size_t index = 0; index < phases.size(); ++index) {
-      const Phase& phase = phases[index];
+      const Phase& phase = phases.begin()[index];
       double arrival = 0;
       SendAndCompute(ring, phase.factor, ws, &arrival);
       if (phase.sums) ReturnSums(ws);

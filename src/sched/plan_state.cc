@@ -332,31 +332,40 @@ void PlanState::Touch(int group) {
 }
 
 PlanState::MoveOutcome PlanState::MoveMemberTokens(const Move& move, Saved& saved) {
-  GroupLayout& group = layout_[move.group];
-  if (!MovesBetweenMembers(move, static_cast<int>(group.ranks.size())))
-    return MoveOutcome::kIllegal;
-  if (move.amount <= 0 || group.tokens[move.from] < move.amount) return MoveOutcome::kIllegal;
-  SaveGroup(move.group, saved);
-  group.tokens[move.from] -= move.amount;
-  group.tokens[move.to] += move.amount;
-  RebuildGroup(move.group);
-  Touch(move.group);
-  return MoveOutcome::kTouched;
+  return ShiftWithinGroup(move, 0, move.amount, saved);
 }
 
 PlanState::MoveOutcome PlanState::MoveHeads(const Move& move, Saved& saved) {
+  if (move.amount <= 0) return MoveOutcome::kIllegal;
+  return ShiftWithinGroup(move, move.amount, 0, saved);
+}
+
+PlanState::MoveOutcome PlanState::Trade(const Move& move, Saved& saved) {
+  if (move.amount <= 0 || move.tokens <= 0) return MoveOutcome::kIllegal;
+  return ShiftWithinGroup(move, move.amount, -move.tokens, saved);
+}
+
+PlanState::MoveOutcome PlanState::ShiftWithinGroup(const Move& move, int64_t heads, int64_t tokens,
+                                                   Saved& saved) {
   GroupLayout& group = layout_[move.group];
   if (!MovesBetweenMembers(move, static_cast<int>(group.ranks.size())))
     return MoveOutcome::kIllegal;
-  if (group.total() == 0 || move.amount <= 0 || group.heads[move.from] < move.amount)
+  if (heads > 0 && (group.total() == 0 || group.heads[move.from] < heads))
     return MoveOutcome::kIllegal;
+  if (tokens > 0 ? group.tokens[move.from] < tokens : group.tokens[move.to] < -tokens)
+    return MoveOutcome::kIllegal;
+  if (heads == 0 && tokens <= 0) return MoveOutcome::kIllegal;
   SaveGroup(move.group, saved);
-  group.heads[move.from] -= static_cast<int>(move.amount);
-  group.heads[move.to] += static_cast<int>(move.amount);
+  group.heads[move.from] -= static_cast<int>(heads);
+  group.heads[move.to] += static_cast<int>(heads);
+  group.tokens[move.from] -= tokens;
+  group.tokens[move.to] += tokens;
   RebuildGroup(move.group);
   Touch(move.group);
-  Touch(rings_[move.group].prev);
-  Touch(rings_[move.group].next);
+  if (heads > 0) {  // the members' KV heads feed the neighbours' ring steps
+    Touch(rings_[move.group].prev);
+    Touch(rings_[move.group].next);
+  }
   return MoveOutcome::kTouched;
 }
 
@@ -435,6 +444,9 @@ bool PlanState::Mutate(const Move& move, Saved& saved) {
     case Move::kGroupTokens:
       outcome = MoveGroupTokens(move, saved);
       break;
+    case Move::kTrade:
+      outcome = Trade(move, saved);
+      break;
   }
   if (outcome == MoveOutcome::kIllegal) return false;
   if (outcome == MoveOutcome::kRescored) return true;
@@ -488,6 +500,8 @@ constexpr int kAllPartnersUpTo = 12;  // below this many groups, every group is 
 // Groups of at most this many members also try k-head moves between any two members when the
 // descent has converged.
 constexpr int kWideHeadMovesUpTo = 8;
+// Token amounts of trades (DescentRound::TradeMoves): this many per halving.
+constexpr int kTradeStepsPerHalving = 4;
 
 // One round of the descent: every move it tries from the current state, and the best of them.
 class DescentRound {
@@ -520,12 +534,54 @@ class DescentRound {
     }
   }
 
+  // Escape from an infeasible point where two members' memory balances: no single move lowers
+  // both, but heads one way and tokens the other can. Between the fullest member of a bottleneck
+  // group and each other member, both ways: 1 or heads-per-KV-head heads against tokens on a
+  // ladder of ratio 2^(1/kTradeStepsPerHalving) below the giver's tokens (a ratio that fine lands
+  // in the narrow band of amounts that lowers both members).
+  void TradeMoves() {
+    const int per_kv = HeadsPerKvHead();
+    for (int group : state_.BottleneckGroups()) {
+      const GroupLayout& layout = state_.layout()[group];
+      const GroupCost& cost = state_.group_costs()[group];
+      const int members = static_cast<int>(layout.ranks.size());
+      if (layout.total() == 0 || members < 2 || members > kWideHeadMovesUpTo) continue;
+      int fullest = 0;
+      for (int i = 1; i < members; ++i)
+        if (MemoryFraction(cost.members[i]) > MemoryFraction(cost.members[fullest])) fullest = i;
+      for (int other = 0; other < members; ++other) {
+        if (other == fullest) continue;
+        for (auto [from, to] : {std::pair{fullest, other}, std::pair{other, fullest}})
+          for (int heads : {1, per_kv}) {
+            if (heads == per_kv && per_kv == 1) break;
+            TradeLadder(group, from, to, heads, layout.tokens[to]);
+          }
+      }
+    }
+  }
+
   bool found() const { return found_; }
   bool tried_bigger_than_one() const { return tried_bigger_than_one_; }
   const Move& best_move() const { return best_move_; }
   double best_factor() const { return best_factor_; }
 
  private:
+  void TradeLadder(int group, int from, int to, int heads, int64_t giver_tokens) {
+    int64_t last = -1;
+    for (int step = 1;; ++step) {
+      const int64_t tokens = static_cast<int64_t>(
+          std::floor(giver_tokens * std::exp2(-static_cast<double>(step) / kTradeStepsPerHalving)));
+      if (tokens <= 0) break;
+      if (tokens == last) continue;
+      last = tokens;
+      Consider(Move{Move::kTrade, group, group, from, to, heads, 0, 0, tokens}, 0);
+    }
+  }
+
+  static double MemoryFraction(const RankCost& member) {
+    return member.memory_bytes / member.memory_capacity_bytes;
+  }
+
   int HeadsPerKvHead() const {
     return state_.plan().num_heads / std::max(1, state_.plan().num_kv_heads);
   }
@@ -651,6 +707,10 @@ int64_t Descend(PlanState& state, int64_t max_trials, const std::function<bool()
     round.BottleneckMoves();
     if (!round.found() && !round.tried_bigger_than_one() && trials < max_trials)
       round.WideHeadMoves();
+    // Stuck where no plan fits: trade heads against tokens between members.
+    if (!round.found() && !round.tried_bigger_than_one() && !state.score().feasible &&
+        trials < max_trials)
+      round.TradeMoves();
     if (round.found()) {
       state.Apply(round.best_move());
       if (round.best_factor() >= 2.0)

@@ -52,12 +52,16 @@ std::vector<int64_t> TokensByGemm(const CostModel& model, const std::vector<int>
 std::vector<int> HeadsByAttention(const CostModel& model, const std::vector<int>& ranks);
 
 // A move of the coordinate descent.
+// kTrade: `amount` heads from member `from` to member `to`, and `tokens` tokens back from `to`
+// to `from` (one step along the line where two members' memory is balanced, which no single
+// move takes without raising one of them).
 struct Move {
-  enum Kind { kMemberTokens, kHeads, kGroupTokens } kind = kMemberTokens;
+  enum Kind { kMemberTokens, kHeads, kGroupTokens, kTrade } kind = kMemberTokens;
   int group = 0, other_group = 0;  // kGroupTokens: from `group` to `other_group`
-  int from = 0, to = 0;            // member indices (kMemberTokens, kHeads)
+  int from = 0, to = 0;            // member indices (kMemberTokens, kHeads, kTrade)
   int64_t amount = 0;              // tokens or heads
   int64_t front = 0, back = 0;     // kGroupTokens: chunk deltas taken from `group`
+  int64_t tokens = 0;              // kTrade: the tokens sent back
 };
 
 class PlanState {
@@ -112,6 +116,9 @@ class PlanState {
   MoveOutcome MoveMemberTokens(const Move& move, Saved& saved);
   MoveOutcome MoveHeads(const Move& move, Saved& saved);
   MoveOutcome MoveGroupTokens(const Move& move, Saved& saved);
+  MoveOutcome Trade(const Move& move, Saved& saved);
+  // `heads` heads from member move.from to move.to, and `tokens` tokens (negative: to -> from).
+  MoveOutcome ShiftWithinGroup(const Move& move, int64_t heads, int64_t tokens, Saved& saved);
   void Restore(Saved& saved);
   void RebuildGroup(int group);
   void RecomputePositions();

@@ -7,6 +7,7 @@
 
 #include "plan/plan.h"
 #include "sched/baselines.h"
+#include "sched/plan_state.h"
 #include "sched/replica_search.h"
 #include "sched/sched_test_util.h"
 #include "sched/scheduler.h"
@@ -610,6 +611,63 @@ TEST(ExactSearch, SchedulerFindsCrossNodeMembershipsOnTinyClusters) {
     EXPECT_LE(scheduled->cost.iteration_seconds, exact->cost.iteration_seconds * 1.001)
         << test_case.model << ": " << scheduled->config;
   }
+}
+
+// Case 722 of bench/sched/sched_optimality (770 1): an L40S and an MI300X, one GPU per node,
+// llama3.2-3b at 64K, batch 3, ZeRO-3, no recompute. Nothing fits on either GPU alone; in one
+// group both fit only in a narrow band where the L40S holds many heads and few tokens (12 heads
+// and 256 tokens, 10 heads and 2032 tokens). From the speed-proportional start the descent
+// lowers the L40S's tokens until both GPUs are equally full, above capacity; there every single
+// move raises one of them, and only heads one way with tokens the other way goes on.
+CostModel Case722() {
+  Cluster cluster;
+  cluster.name = "case-722";
+  const std::pair<const char*, std::pair<double, double>> kinds[] = {{"L40S", {348e9, 46e9}},
+                                                                     {"MI300X", {18.6e9, 19.8e9}}};
+  for (const auto& [type, links] : kinds) {
+    NodeKind node;
+    node.device = sched_test::Device(type);
+    node.count = node.gpus_per_node = 1;
+    node.intra_node_bytes_per_second = links.first;
+    node.nic_bytes_per_second = links.second;
+    node.latency_seconds = 3e-6;
+    cluster.kinds.push_back(node);
+  }
+  cluster.Finalize();
+  Workload workload;
+  workload.seq_len = 65536;
+  workload.batch = 3;
+  workload.zero_stage = 3;
+  workload.recompute = Recompute::kNone;
+  return CostModel(cluster, sched_test::Model("llama3.2-3b"), workload);
+}
+
+TEST(ExactSearch, DescentTradesHeadsForTokensWhereOnlyABalancedSplitFits) {
+  const CostModel model = Case722();
+  const int64_t seq = model.workload().seq_len, l40s_tokens = 4096;
+  const int heads = model.model().heads, l40s_heads = 4;
+  const Layout start = {{{0, 1},
+                         seq / 2,
+                         seq - seq / 2,
+                         {l40s_tokens, seq - l40s_tokens},
+                         {l40s_heads, heads - l40s_heads}}};
+  sched_internal::PlanState state(model, start);
+  ASSERT_FALSE(state.score().feasible);
+  sched_internal::Descend(state, 5000, nullptr);
+  EXPECT_TRUE(state.score().feasible) << "max memory fraction " << state.score().primary;
+  EXPECT_TRUE(model.Evaluate(state.plan()).feasible);
+}
+
+TEST(ExactSearch, SchedulerFitsWhereOnlyABalancedSplitFits) {
+  const CostModel model = Case722();
+  auto scheduled = Schedule(model.problem());
+  ScheduleOptions exact_options;
+  exact_options.explain_infeasible = false;
+  auto exact = ExactSearch(model.problem(), exact_options);
+  ASSERT_TRUE(exact && exact->feasible());
+  ASSERT_TRUE(scheduled) << scheduled.error().message;
+  EXPECT_LE(scheduled->cost.iteration_seconds, exact->cost.iteration_seconds * 1.001)
+      << scheduled->config;
 }
 
 // Same input, same plan, byte for byte: two runs, and one and two threads, of the scheduler on

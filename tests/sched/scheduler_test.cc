@@ -51,7 +51,7 @@ TEST(PlanState, IncrementalScoreMatchesFullEvaluation) {
   std::mt19937_64 rng(7);
   for (int step = 0; step < 300; ++step) {
     sched_internal::Move move;
-    move.kind = static_cast<sched_internal::Move::Kind>(rng() % 3);
+    move.kind = static_cast<sched_internal::Move::Kind>(rng() % 4);
     move.group = rng() % 3;
     move.other_group = rng() % 3;
     move.from = rng() % 4;
@@ -59,6 +59,7 @@ TEST(PlanState, IncrementalScoreMatchesFullEvaluation) {
     move.amount = move.kind == sched_internal::Move::kHeads ? 1 + rng() % 2 : 1 + rng() % 5000;
     move.front = static_cast<int64_t>(rng() % 3000) - 1000;
     move.back = static_cast<int64_t>(rng() % 3000) - 1000;
+    move.tokens = 1 + rng() % 5000;  // kTrade
     bool legal = false;
     const sched_internal::Objective tried = state.Try(move, legal);
     // Half the legal trials are kept: a rejected trial must leave nothing behind (the next

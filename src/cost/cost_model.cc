@@ -269,8 +269,7 @@ double CostModel::SyncRounds(const Plan& plan) const {
 }
 
 double CostModel::GradSyncTotalSeconds(const Plan& plan) const {
-  return SyncRounds(plan) * problem_.model.layers * GradSyncPasses() *
-         GradSyncPassSeconds(NodeParticipants(plan));
+  return SyncRounds(plan) * problem_.model.layers * GradSyncBucketSeconds(plan);
 }
 
 MemoryBreakdown CostModel::ModelStateMemory() const {
@@ -1061,9 +1060,17 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
 }
 
 double CostModel::ExposedGradSync(const Plan& plan, double busy_seconds, double rounds) const {
-  const double pass = GradSyncPassSeconds(NodeParticipants(plan));
-  const double bucket = GradSyncPasses() * pass;
-  return std::max(bucket, rounds * problem_.model.layers * bucket - busy_seconds);
+  const double bucket = GradSyncBucketSeconds(plan);
+  return ExposedSyncSeconds(bucket, rounds * problem_.model.layers * bucket, busy_seconds);
+}
+
+double CostModel::GradSyncBucketSeconds(const Plan& plan) const {
+  return GradSyncPasses() * GradSyncPassSeconds(NodeParticipants(plan));
+}
+
+double CostModel::ExposedSyncSeconds(double bucket_seconds, double total_seconds,
+                                     double busy_seconds) {
+  return std::max(bucket_seconds, total_seconds - busy_seconds);
 }
 
 PlanCost CostModel::EvaluateReplicas(const Plan& plan) const {

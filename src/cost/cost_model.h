@@ -300,6 +300,13 @@ class CostModel {
   // The sync of a plan: `rounds` (ZeRO-3: sequences of the busiest replica; else 1) x layers x
   // passes x pass seconds over its participants.
   double GradSyncTotalSeconds(const Plan& plan) const;
+  // One bucket's passes over the plan's participants (the part of the sync never hidden).
+  double GradSyncBucketSeconds(const Plan& plan) const;
+  // The overlap rule of the sync (the cost model, the scheduler's incremental score and the
+  // simulator all apply it): of `total_seconds` of sync, what `busy_seconds` of compute do not
+  // hide, and at least the last bucket.
+  static double ExposedSyncSeconds(double bucket_seconds, double total_seconds,
+                                   double busy_seconds);
 
   const Problem& problem() const { return problem_; }
   const Cluster& cluster() const { return problem_.cluster; }

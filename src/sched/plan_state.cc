@@ -141,8 +141,9 @@ PlanState::PlanState(const CostModel& model, Layout layout, const Objective* cut
     : model_(model), layout_(std::move(layout)), cutoff_(cutoff) {
   plan_ = BuildPlan(model_, layout_, "hexiseq", "");
   RecomputePositions();
-  // The raw gradient-synchronization time, none of it hidden.
+  // The raw gradient-synchronization time, none of it hidden, and its last bucket.
   sync_seconds_ = model_.GradSyncTotalSeconds(plan_);
+  sync_bucket_seconds_ = model_.GradSyncBucketSeconds(plan_);
   chains_.Build(plan_);
   EvaluateAll();
   Renormalize();
@@ -184,8 +185,7 @@ double PlanState::IterationOf(const double maxima[], double selective) const {
                                                                   : 0.0;
   const double busy = layers * (maxima[0] + maxima[2]) + layers * (maxima[1] + maxima[3]) +
                       layers * recompute + w.batch * maxima[4];
-  const double grad = std::max(sync_seconds_ / model_.model().layers, sync_seconds_ - busy);
-  return busy + grad;
+  return busy + CostModel::ExposedSyncSeconds(sync_bucket_seconds_, sync_seconds_, busy);
 }
 
 void PlanState::ComputeScore() {

@@ -258,8 +258,8 @@ double FillIteration(const CostModel& cost, const EngineResult& sync_run, size_t
   }
   const double sync_rounds = cost.workload().zero_stage >= 3 ? most_sequences : 1.0;
   out.grad_sync_total_seconds = sync_rounds * cost.model().layers * out.grad_bucket_seconds;
-  out.grad_sync_exposed_seconds =
-      std::max(out.grad_bucket_seconds, out.grad_sync_total_seconds - slowest.busy_seconds);
+  out.grad_sync_exposed_seconds = CostModel::ExposedSyncSeconds(
+      out.grad_bucket_seconds, out.grad_sync_total_seconds, slowest.busy_seconds);
   if (participants <= 1) out.grad_sync_exposed_seconds = 0;
   out.iteration_seconds = slowest.busy_seconds + out.grad_sync_exposed_seconds;
   out.tokens_per_second =

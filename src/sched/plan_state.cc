@@ -628,9 +628,7 @@ class DescentRound {
     const int members = static_cast<int>(layout.ranks.size());
     if (layout.total() == 0 || members < 2) return;
     auto linear = [&](int i) { return cost.members[i].linear_seconds; };
-    auto fraction = [&](int i) {
-      return cost.members[i].memory_bytes / cost.members[i].memory_capacity_bytes;
-    };
+    auto fraction = [&](int i) { return MemoryFraction(cost.members[i]); };
     auto attention = [&](int i) { return cost.members[i].attention_seconds; };
     int slow = 0, fullest = 0, fast = -1, light = -1;
     for (int i = 0; i < members; ++i) {

@@ -78,11 +78,15 @@ void CheckMemory(const Plan& plan, const Cluster& cluster, PlanCost& cost) {
 void PrimaryMembers(const PlanGroup& group, int num_heads, int num_kv_heads,
                     std::vector<int>& out) {
   out.assign(num_kv_heads, -1);
-  for (size_t i = 0; i < group.members.size(); ++i)
+  for (size_t i = 0; i < group.members.size(); ++i) {
+    int last = -1;  // a member's heads are sorted: each KV head's run is looked up once
     for (int head : group.members[i].heads) {
-      int& primary = out[KvHeadOf(head, num_heads, num_kv_heads)];
-      if (primary < 0) primary = static_cast<int>(i);
+      const int kv = KvHeadOf(head, num_heads, num_kv_heads);
+      if (kv == last) continue;
+      last = kv;
+      if (out[kv] < 0) out[kv] = static_cast<int>(i);
     }
+  }
 }
 
 // Groups of more members keep the local phase with every member ready together (an upper
@@ -1073,31 +1077,107 @@ double CostModel::ExposedSyncSeconds(double bucket_seconds, double total_seconds
   return std::max(bucket_seconds, total_seconds - busy_seconds);
 }
 
+namespace {
+
+// Whether replica plan `b` on ranks `ranks_b` is replica plan `a` on `ranks_a` moved to other
+// ranks that the cost model cannot tell apart: the i-th smallest rank of one maps to the i-th of
+// the other, mapped ranks have the same node kind, two ranks share a node in one iff their images
+// share a node in the other, and groups, members, tokens and heads agree under the map. (A
+// replica's figures depend on its ranks only through their kinds and which of them share a node;
+// the gradient sync, which depends on the whole plan, is charged after.)
+bool SameReplicaElsewhere(const Cluster& cluster, const Plan& a, const std::vector<int>& ranks_a,
+                          const Plan& b, const std::vector<int>& ranks_b) {
+  if (a.batch != b.batch || ranks_a.size() != ranks_b.size() || a.groups.size() != b.groups.size())
+    return false;
+  std::vector<int> image(cluster.num_ranks(), -1), node_image(cluster.nodes.size(), -1),
+      node_preimage(cluster.nodes.size(), -1);
+  for (size_t index = 0; index < ranks_a.size(); ++index) {
+    const RankInfo& from = cluster.ranks[ranks_a[index]];
+    const RankInfo& to = cluster.ranks[ranks_b[index]];
+    if (from.kind != to.kind) return false;
+    int& forward = node_image[from.node];
+    int& backward = node_preimage[to.node];
+    if ((forward >= 0 && forward != to.node) || (backward >= 0 && backward != from.node))
+      return false;
+    forward = to.node;
+    backward = from.node;
+    image[ranks_a[index]] = ranks_b[index];
+  }
+  const auto mapped = [&](int rank_a, int rank_b) { return image[rank_a] == rank_b; };
+  for (size_t group = 0; group < a.groups.size(); ++group) {
+    const PlanGroup& group_a = a.groups[group];
+    const PlanGroup& group_b = b.groups[group];
+    if (group_a.tokens != group_b.tokens || group_a.members.size() != group_b.members.size() ||
+        !std::equal(group_a.ranks.begin(), group_a.ranks.end(), group_b.ranks.begin(),
+                    group_b.ranks.end(), mapped))
+      return false;
+    for (size_t member = 0; member < group_a.members.size(); ++member) {
+      const PlanMember& member_a = group_a.members[member];
+      const PlanMember& member_b = group_b.members[member];
+      if (!mapped(member_a.rank, member_b.rank) || member_a.tokens != member_b.tokens ||
+          member_a.heads != member_b.heads)
+        return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 PlanCost CostModel::EvaluateReplicas(const Plan& plan) const {
   Workload replica_workload = problem_.workload;
   replica_workload.shard_ranks = ShardRanks(plan);
-  std::vector<PlanCost> parts;
+  const int replicas = NumReplicas(plan);
+  // Each replica is evaluated unless an earlier one is the same on other ranks
+  // (SameReplicaElsewhere): then `source` names that one and its figures are moved over.
+  std::vector<Plan> replica_plans;
   std::vector<std::vector<int>> members;
-  int slowest = 0;
-  auto busy = [](const PlanCost& part) { return part.replica_busy_seconds.front(); };
-  for (int replica = 0; replica < NumReplicas(plan); ++replica) {
+  std::vector<PlanCost> parts;  // per evaluated replica
+  std::vector<int> source, part_of;
+  for (int replica = 0; replica < replicas; ++replica) {
+    replica_plans.push_back(ReplicaPlan(plan, replica));
+    members.push_back(ParticipatingRanks(replica_plans.back()));
+    int twin = 0;
+    while (twin < replica &&
+           !(source[twin] == twin &&
+             SameReplicaElsewhere(problem_.cluster, replica_plans[twin], members[twin],
+                                  replica_plans[replica], members[replica])))
+      ++twin;
+    source.push_back(twin);
+    if (twin < replica) {
+      part_of.push_back(part_of[twin]);
+      continue;
+    }
     replica_workload.batch = ReplicaSequences(plan, replica);
-    const Plan replica_plan = ReplicaPlan(plan, replica);
-    parts.push_back(
-        CostModel(problem_.cluster, problem_.model, replica_workload, k_).Evaluate(replica_plan));
-    members.push_back(ParticipatingRanks(replica_plan));
-    if (busy(parts.back()) > busy(parts[slowest])) slowest = replica;
+    part_of.push_back(static_cast<int>(parts.size()));
+    parts.push_back(CostModel(problem_.cluster, problem_.model, replica_workload, k_)
+                        .Evaluate(replica_plans[replica]));
   }
+  return CombineReplicas(plan, parts, members, source, part_of);
+}
+
+PlanCost CostModel::CombineReplicas(const Plan& plan, const std::vector<PlanCost>& parts,
+                                    const std::vector<std::vector<int>>& members,
+                                    const std::vector<int>& source,
+                                    const std::vector<int>& part_of) const {
+  auto busy = [&](int replica) { return parts[part_of[replica]].replica_busy_seconds.front(); };
+  int slowest = 0;  // the first of the slowest: an evaluated replica
+  for (int replica = 0; replica < static_cast<int>(members.size()); ++replica)
+    if (busy(replica) > busy(slowest)) slowest = replica;
   // The slowest replica sets the phases and the bottleneck; every rank keeps its own figures.
-  PlanCost cost = parts[slowest];
-  const double slowest_busy = busy(cost);
+  PlanCost cost = parts[part_of[slowest]];
+  const double slowest_busy = busy(slowest);
   cost.replica_busy_seconds.clear();
-  for (const PlanCost& part : parts) cost.replica_busy_seconds.push_back(busy(part));
   cost.feasible = true;
   cost.infeasible_reason.clear();
-  for (size_t replica = 0; replica < parts.size(); ++replica) {
-    const PlanCost& part = parts[replica];
-    for (int rank : members[replica]) cost.ranks[rank] = part.ranks[rank];
+  for (size_t replica = 0; replica < members.size(); ++replica) {
+    cost.replica_busy_seconds.push_back(busy(replica));
+    const PlanCost& part = parts[part_of[replica]];
+    const std::vector<int>& from = members[source[replica]];
+    for (size_t index = 0; index < from.size(); ++index) {
+      cost.ranks[members[replica][index]] = part.ranks[from[index]];
+      cost.ranks[members[replica][index]].rank = members[replica][index];
+    }
     cost.max_memory_fraction = std::max(cost.max_memory_fraction, part.max_memory_fraction);
     if (part.feasible || !cost.feasible) continue;
     cost.feasible = false;

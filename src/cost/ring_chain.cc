@@ -1,6 +1,7 @@
 #include "cost/ring_chain.h"
 
 #include <algorithm>
+#include <cmath>
 #include <initializer_list>
 #include <vector>
 
@@ -10,6 +11,8 @@ namespace {
 // Layers the recurrence runs to reach its steady period (each group starts a layer when it has
 // finished the previous one; the first layer's synchronised start is a transient).
 constexpr int kChainLayers = 4;
+// Relative difference below which two groups' start shifts over a round count as the same.
+constexpr double kShiftTolerance = 1e-12;
 
 // One visiting hop in the order links send (ring distance, then origin), with what the passes
 // read of it, so that every pass streams through one array: its origin, receiver and link, the
@@ -38,7 +41,8 @@ struct Arrival {
 // per origin: ready, sum; per link: free; per send position: arrival, done.
 struct Workspace {
   std::vector<SendHop> send;
-  std::vector<double> start, end, last_arrival, ready, sum, link_free, arrival, done;
+  std::vector<double> start, previous_start, end, last_arrival, ready, sum, link_free, arrival,
+      done;
   std::vector<char> out_of_order;
   std::vector<int> position_begin, positions;  // per group: its send positions (built on demand)
   std::vector<Arrival> sorted;
@@ -158,15 +162,27 @@ struct Phase {
   bool sums = false;
 };
 
+// Whether every group's start moved by the same amount over the last round (to a relative
+// kShiftTolerance): a round is the same function of the starts shifted by a constant, so every
+// later round repeats it with the same period.
+bool ShiftedUniformly(const std::vector<double>& start, const std::vector<double>& previous) {
+  const double shift = start[0] - previous[0];
+  for (size_t group = 1; group < start.size(); ++group)
+    if (std::abs(start[group] - previous[group] - shift) > kShiftTolerance * std::abs(shift))
+      return false;
+  return true;
+}
+
 // The steady period of `phases` run in turn (one layer's forward; or a recompute forward and its
 // backward): every group starts a phase when it has finished the previous one and its local phase;
-// the largest end's growth over the last round.
+// the largest end's growth over the last round (rounds stop early once periodic).
 double SteadyPeriod(const ChainRing& ring, std::initializer_list<Phase> phases, Workspace& ws,
                     double* latest_arrival) {
   const int size = static_cast<int>(ring.groups.size());
   ws.start.assign(size, 0.0);
   double previous_last = 0, period = 0;
   for (int layer = 0; layer < kChainLayers; ++layer) {
+    ws.previous_start = ws.start;
     double last = 0;  // the round's last phase's latest end, local phase included
     for (size_t index = 0; index < phases.size(); ++index) {
       const Phase& phase = phases.begin()[index];
@@ -182,6 +198,7 @@ double SteadyPeriod(const ChainRing& ring, std::initializer_list<Phase> phases, 
     }
     period = last - previous_last;
     previous_last = last;
+    if (ShiftedUniformly(ws.start, ws.previous_start)) break;
   }
   return period;
 }

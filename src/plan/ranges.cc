@@ -80,23 +80,27 @@ int64_t CausalPrefixPairs(const Ranges& queries) {
   return Narrow(pairs);
 }
 
-Ranges Normalize(Ranges ranges) {
+void NormalizeInPlace(Ranges& ranges) {
   std::erase_if(ranges, [](const Range& r) { return r.size() <= 0; });
   std::sort(ranges.begin(), ranges.end(),
             [](const Range& a, const Range& b) { return a.begin < b.begin; });
-  Ranges out;
+  size_t kept = 0;
   for (const Range& r : ranges) {
-    if (!out.empty() && out.back().end >= r.begin) {
-      out.back().end = std::max(out.back().end, r.end);
-    } else {
-      out.push_back(r);
-    }
+    if (kept > 0 && ranges[kept - 1].end >= r.begin)
+      ranges[kept - 1].end = std::max(ranges[kept - 1].end, r.end);
+    else
+      ranges[kept++] = r;
   }
-  return out;
+  ranges.resize(kept);
 }
 
-Ranges SliceByOffset(const Ranges& ranges, int64_t offset, int64_t count) {
-  Ranges out;
+Ranges Normalize(Ranges ranges) {
+  NormalizeInPlace(ranges);
+  return ranges;
+}
+
+void SliceByOffset(const Ranges& ranges, int64_t offset, int64_t count, Ranges& out) {
+  out.clear();
   int64_t skipped = 0;
   for (const Range& r : ranges) {
     if (count <= 0) break;
@@ -112,6 +116,11 @@ Ranges SliceByOffset(const Ranges& ranges, int64_t offset, int64_t count) {
     skipped += size;
     offset = std::max(offset, skipped);
   }
+}
+
+Ranges SliceByOffset(const Ranges& ranges, int64_t offset, int64_t count) {
+  Ranges out;
+  SliceByOffset(ranges, offset, count, out);
   return out;
 }
 

@@ -39,9 +39,11 @@ int64_t CausalPrefixPairs(const Ranges& queries);
 
 // Sorted by begin, with adjacent ranges merged and empty ones dropped.
 Ranges Normalize(Ranges ranges);
+void NormalizeInPlace(Ranges& ranges);  // the same, keeping the vector's storage
 // The sub-ranges of `ranges` covering token offsets [offset, offset + count) when the ranges are
 // concatenated in order (used to carve members' shards out of a group's ranges).
 Ranges SliceByOffset(const Ranges& ranges, int64_t offset, int64_t count);
+void SliceByOffset(const Ranges& ranges, int64_t offset, int64_t count, Ranges& out);  // into out
 // Intersection of two normalized range sets.
 Ranges Intersect(const Ranges& a, const Ranges& b);
 

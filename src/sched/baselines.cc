@@ -155,7 +155,8 @@ std::vector<int64_t> LargestRemainder(int64_t total, const std::vector<double>& 
                (static_cast<int64_t>(i) < total % static_cast<int64_t>(n));
     return out;
   }
-  std::vector<std::pair<double, size_t>> rest;
+  thread_local std::vector<std::pair<double, size_t>> rest;  // storage kept across calls
+  rest.clear();
   int64_t assigned = 0;
   for (size_t i = 0; i < n; ++i) {
     const double exact = static_cast<double>(total) * std::max(0.0, weights[i]) / sum;
@@ -208,8 +209,8 @@ std::vector<Ranges> SplitTokens(const Ranges& group_tokens, const std::vector<do
   return out;
 }
 
-std::vector<std::vector<int>> SplitHeads(int num_heads, int num_kv_heads,
-                                         const std::vector<double>& weights) {
+std::vector<int64_t> SplitHeadCounts(int num_heads, int num_kv_heads,
+                                     const std::vector<double>& weights) {
   const size_t n = weights.size();
   const int per_kv = num_heads / num_kv_heads;
   double sum = 0;
@@ -219,19 +220,26 @@ std::vector<std::vector<int>> SplitHeads(int num_heads, int num_kv_heads,
     target[i] = sum > 0 ? num_heads * std::max(0.0, weights[i]) / sum : double(num_heads) / n;
   // KV-aligned split: whole KV groups by largest remainder. Keep it when every member is within
   // half a KV group of its share (as close as rounding allows); otherwise split single heads.
-  std::vector<double> kv_weights(n);
-  for (size_t i = 0; i < n; ++i) kv_weights[i] = target[i];
-  std::vector<int64_t> counts = LargestRemainder(num_kv_heads, kv_weights);
+  std::vector<int64_t> counts = LargestRemainder(num_kv_heads, target);
   bool aligned_ok = true;
   for (size_t i = 0; i < n; ++i) {
     counts[i] *= per_kv;
     if (std::abs(counts[i] - target[i]) > 0.5 * per_kv + 1e-9) aligned_ok = false;
   }
   if (!aligned_ok) counts = LargestRemainder(num_heads, target);
-  std::vector<std::vector<int>> out(n);
+  return counts;
+}
+
+std::vector<std::vector<int>> SplitHeads(int num_heads, int num_kv_heads,
+                                         const std::vector<double>& weights) {
+  const std::vector<int64_t> counts = SplitHeadCounts(num_heads, num_kv_heads, weights);
+  std::vector<std::vector<int>> out(counts.size());
   int head = 0;
-  for (size_t i = 0; i < n; ++i)
-    for (int64_t c = 0; c < counts[i]; ++c) out[i].push_back(head++);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    out[i].resize(counts[i]);
+    std::iota(out[i].begin(), out[i].end(), head);
+    head += static_cast<int>(counts[i]);
+  }
   return out;
 }
 

@@ -112,6 +112,9 @@ std::vector<int64_t> LargestRemainder(int64_t total, const std::vector<double>& 
 // otherwise single heads by largest remainder (cutting KV groups). Heads are contiguous.
 std::vector<std::vector<int>> SplitHeads(int num_heads, int num_kv_heads,
                                          const std::vector<double>& weights);
+// SplitHeads' head count per member.
+std::vector<int64_t> SplitHeadCounts(int num_heads, int num_kv_heads,
+                                     const std::vector<double>& weights);
 
 // Builds a plan shell for the cost model's cluster/model/workload (strategy, counts, no groups).
 Plan EmptyPlan(const CostModel& model, const std::string& strategy);

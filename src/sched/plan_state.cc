@@ -50,32 +50,35 @@ std::vector<int64_t> TokensByGemm(const CostModel& model, const std::vector<int>
 std::vector<int> HeadsByAttention(const CostModel& model, const std::vector<int>& ranks) {
   std::vector<double> weights;
   for (int rank : ranks) weights.push_back(model.cluster().device(rank).AttentionFlops());
-  const auto sets = SplitHeads(model.model().heads, model.model().kv_heads, weights);
-  std::vector<int> counts;
-  for (const auto& set : sets) counts.push_back(static_cast<int>(set.size()));
-  return counts;
+  const std::vector<int64_t> counts =
+      SplitHeadCounts(model.model().heads, model.model().kv_heads, weights);
+  return std::vector<int>(counts.begin(), counts.end());
 }
 
 namespace {
 
-PlanGroup MakeGroup(const Cluster& cluster, const GroupLayout& g, int64_t front_begin,
-                    int64_t back_end) {
-  PlanGroup group;
+// Writes group layout `g` into `group`, reusing its storage (a descent move rebuilds a group for
+// every trial).
+void FillGroup(const Cluster& cluster, const GroupLayout& g, int64_t front_begin, int64_t back_end,
+               PlanGroup& group) {
   group.ranks = g.ranks;
-  group.tokens = Normalize({{front_begin, front_begin + g.front}, {back_end - g.back, back_end}});
+  group.tokens.assign({{front_begin, front_begin + g.front}, {back_end - g.back, back_end}});
+  NormalizeInPlace(group.tokens);
+  group.replica = 0;
+  group.members.resize(g.ranks.size());
   int64_t offset = 0;
   int head = 0;
   for (size_t i = 0; i < g.ranks.size(); ++i) {
-    PlanMember member;
+    PlanMember& member = group.members[i];
     member.rank = g.ranks[i];
     member.device = cluster.device(member.rank).name;
     member.node = cluster.ranks[member.rank].node;
-    member.tokens = SliceByOffset(group.tokens, offset, g.tokens[i]);
+    SliceByOffset(group.tokens, offset, g.tokens[i], member.tokens);
     offset += g.tokens[i];
-    for (int h = 0; h < g.heads[i]; ++h) member.heads.push_back(head++);
-    group.members.push_back(std::move(member));
+    member.heads.resize(g.heads[i]);
+    std::iota(member.heads.begin(), member.heads.end(), head);
+    head += g.heads[i];
   }
-  return group;
 }
 
 }  // namespace
@@ -86,8 +89,10 @@ Plan BuildPlan(const CostModel& model, const Layout& layout, const std::string& 
   plan.config = config;
   const int64_t seq = model.workload().seq_len;
   int64_t front = 0, back = seq;
-  for (const GroupLayout& g : layout) {
-    plan.groups.push_back(MakeGroup(model.cluster(), g, front, back));
+  plan.groups.resize(layout.size());
+  for (size_t index = 0; index < layout.size(); ++index) {
+    const GroupLayout& g = layout[index];
+    FillGroup(model.cluster(), g, front, back, plan.groups[index]);
     front += g.front;
     back -= g.back;
   }
@@ -164,8 +169,8 @@ void PlanState::RecomputePositions() {
 }
 
 void PlanState::RebuildGroup(int group) {
-  plan_.groups[group] =
-      MakeGroup(model_.cluster(), layout_[group], front_pos_[group], back_pos_[group]);
+  FillGroup(model_.cluster(), layout_[group], front_pos_[group], back_pos_[group],
+            plan_.groups[group]);
 }
 
 void PlanState::EvaluateAll() {

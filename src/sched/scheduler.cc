@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -101,12 +102,15 @@ std::vector<double> RateWeights(const CostModel& model, const Structure& structu
 // Bisection on the target time tau: group k takes min(cap_k, tau / a_k) tokens, where a_k is its
 // fitted seconds per token and cap_k its memory-capped maximum; tau is set so the groups take S.
 std::vector<int64_t> BalanceTokens(const CostModel& model, const Structure& structure,
-                                   std::vector<int64_t> tokens, int rounds) {
+                                   std::vector<int64_t> tokens, int rounds,
+                                   const PlanState* scored) {
   const int64_t seq = model.workload().seq_len;
   const int num_groups = static_cast<int>(structure.groups.size());
   const double state_bytes = model.ModelStateMemory().total();
   for (int round = 0; round < rounds; ++round) {
-    PlanState state(model, MakeLayout(model, structure, tokens));
+    std::optional<PlanState> fresh;
+    if (round > 0 || scored == nullptr) fresh.emplace(model, MakeLayout(model, structure, tokens));
+    const PlanState& state = fresh ? *fresh : *scored;
     std::vector<double> per_token(num_groups), cap(num_groups);
     bool any = false;
     for (int g = 0; g < num_groups; ++g) {
@@ -326,7 +330,6 @@ class CandidatePool {
   // Scores the structure under each sequence-allocation policy; returns the best score.
   Objective Add(const Structure& structure, const std::string& name) {
     Objective best;
-    bool have = false;
     if (structure.groups.empty()) return best;
     for (const Structure& seen : seen_)
       if (seen.groups == structure.groups && seen.idle == structure.idle)
@@ -336,19 +339,19 @@ class CandidatePool {
     std::vector<double> sqrt_rates;
     for (double r : rates) sqrt_rates.push_back(std::sqrt(r));
     const std::vector<int64_t> by_rate = LargestRemainder(seq, rates);
+    // The compute-proportional state is also the balancing's first fit.
+    Layout compute_layout = MakeLayout(model_, structure, by_rate);
+    const PlanState compute_state(model_, compute_layout);
+    best = Record(name + " seq=compute", std::move(compute_layout), compute_state);
     std::vector<std::pair<std::string, std::vector<int64_t>>> policies = {
-        {"compute", by_rate},
-        {"balanced", BalanceTokens(model_, structure, by_rate, kBalanceRounds)},
+        {"balanced", BalanceTokens(model_, structure, by_rate, kBalanceRounds, &compute_state)},
     };
     if (model_.cluster().num_ranks() <= kWidePoliciesUpTo)
       policies.push_back({"sqrt-compute", LargestRemainder(seq, sqrt_rates)});
     for (const auto& [policy, tokens] : policies) {
       Layout layout = MakeLayout(model_, structure, tokens);
       Objective s = Push(name + " seq=" + policy, std::move(layout));
-      if (!have || Less(s, best)) {
-        best = s;
-        have = true;
-      }
+      if (Less(s, best)) best = s;
     }
     seen_.push_back(structure);
     seen_scores_.push_back(best);
@@ -356,11 +359,15 @@ class CandidatePool {
   }
 
   Objective Push(const std::string& name, Layout layout) {
-    PlanState st(model_, layout);
+    const PlanState state(model_, layout);
+    return Record(name, std::move(layout), state);
+  }
+  // Adds `layout`, scored as `state`.
+  Objective Record(const std::string& name, Layout layout, const PlanState& state) {
     double frac = 0;
-    for (const GroupCost& c : st.group_costs()) frac = std::max(frac, c.max_memory_fraction);
-    items_.push_back({name, std::move(layout), st.score(), st.IterationSeconds(), frac});
-    return st.score();
+    for (const GroupCost& c : state.group_costs()) frac = std::max(frac, c.max_memory_fraction);
+    items_.push_back({name, std::move(layout), state.score(), state.IterationSeconds(), frac});
+    return state.score();
   }
 
   // The best `count` candidates, best first (stable on ties): first the best of each distinct

@@ -30,8 +30,10 @@ Layout MakeLayout(const CostModel& model, const Structure& structure,
 // Each active group's token rate at the average causal density (compute-proportional weights).
 std::vector<double> RateWeights(const CostModel& model, const Structure& structure);
 // Exact balancing by bisection on the target time, memory-capped, re-fitted `rounds` times.
+// `scored`, when given, is the state of `tokens` already evaluated (the first round's fit).
 std::vector<int64_t> BalanceTokens(const CostModel& model, const Structure& structure,
-                                   std::vector<int64_t> tokens, int rounds);
+                                   std::vector<int64_t> tokens, int rounds,
+                                   const PlanState* scored = nullptr);
 
 // Class-level pattern search: groups with the same make-up form a class; each class's share of
 // the sequence and its front fraction are searched with full re-scoring (at most

@@ -277,6 +277,62 @@ TEST(CostModel, TwoReplicasAndALeftOutRankHandComputed) {
   EXPECT_DOUBLE_EQ(with_idle.ranks[0].memory.optimizer, 12 * model.TotalParams() / 3);
 }
 
+// Replicas alike on other ranks (same kinds, same node pattern, same layout) are evaluated once
+// and copied rank by rank; every rank's figures must equal those of its replica evaluated on its
+// own. Replica 0 is one node; replicas 1 and 2 each span two nodes (alike); replica 3 is the
+// slow node, laid out as replica 0.
+TEST(CostModel, ReplicasAlikeOnOtherRanksMatchEachReplicaEvaluatedAlone) {
+  const ModelSpec model = Tiny();
+  const Cluster cluster = MakeCluster(
+      {Device("Fast", 200, 0.8, 0.5, 1e-4), Device("Slow", 100, 0.7, 0.4, 1e-4)}, {3, 1}, 2, 10e9);
+  Workload w;
+  w.seq_len = 64;
+  w.batch = 5;
+  w.zero_stage = 1;
+  Plan p;
+  p.seq_len = 64;
+  p.batch = 5;
+  p.num_heads = 4;
+  p.num_kv_heads = 2;
+  p.num_ranks = 8;
+  p.zero_stage = 1;
+  p.replica_sequences = {1, 1, 1, 2};  // 0 and 1 differ only in their node pattern
+  const std::vector<std::pair<int, int>> pairs = {{0, 1}, {2, 4}, {3, 5}, {6, 7}};
+  for (int replica = 0; replica < 4; ++replica) {
+    const auto [a, b] = pairs[replica];
+    p.groups.push_back({{a, b},
+                        {{0, 64}},
+                        {{a, "", -1, {{0, 40}}, {0, 1, 2}}, {b, "", -1, {{40, 64}}, {3}}},
+                        replica});
+  }
+  ASSERT_TRUE(Validate(p, cluster, model)) << Validate(p, cluster, model).error().message;
+  const CostModel cm(cluster, model, w);
+  const PlanCost cost = cm.Evaluate(p);
+  EXPECT_FALSE(cost.feasible);  // 0.1 MiB: every replica fails, the first is named
+  EXPECT_EQ(cost.infeasible_reason.rfind("replica 0: ", 0), 0u) << cost.infeasible_reason;
+  for (int replica = 0; replica < 4; ++replica) {
+    Workload alone = w;
+    alone.batch = p.replica_sequences[replica];
+    alone.shard_ranks = 8;
+    const PlanCost reference = CostModel(cluster, model, alone).Evaluate(ReplicaPlan(p, replica));
+    EXPECT_DOUBLE_EQ(cost.replica_busy_seconds[replica], reference.replica_busy_seconds.front());
+    for (int rank : {pairs[replica].first, pairs[replica].second}) {
+      const RankCost& got = cost.ranks[rank];
+      const RankCost& want = reference.ranks[rank];
+      EXPECT_EQ(got.rank, rank);
+      EXPECT_EQ(got.group, want.group);
+      EXPECT_DOUBLE_EQ(got.linear_seconds, want.linear_seconds) << "rank " << rank;
+      EXPECT_DOUBLE_EQ(got.attention_seconds, want.attention_seconds) << "rank " << rank;
+      EXPECT_DOUBLE_EQ(got.all_to_all_seconds, want.all_to_all_seconds) << "rank " << rank;
+      EXPECT_DOUBLE_EQ(got.ring_comm_seconds, want.ring_comm_seconds) << "rank " << rank;
+      EXPECT_DOUBLE_EQ(got.memory_bytes, want.memory_bytes) << "rank " << rank;
+      EXPECT_DOUBLE_EQ(got.grad_sync_seconds, cost.grad_sync_seconds);
+    }
+  }
+  // Replicas 1 and 2 cross nodes, replica 0 does not: their all-to-alls differ.
+  EXPECT_NE(cost.ranks[0].all_to_all_seconds, cost.ranks[2].all_to_all_seconds);
+}
+
 TEST(CostModel, InfeasibleNamesRankNeedsAndHas) {
   const ModelSpec model = Llama8b();
   const Cluster cluster = MakeCluster({Device("Small", 100, 0.8, 0.6, 8)}, {1}, 2, 0);

@@ -8,6 +8,7 @@
 
 #include "sched/parallel.h"
 #include "sched/subcluster.h"
+#include "spec/error.h"
 
 namespace hexiseq::sched_internal {
 namespace {
@@ -57,13 +58,14 @@ class ReplicaPlanner {
     options_.max_trials = kReplicaTrials;
     options_.top_k = kReplicaTopK;
   }
-  const ReplicaTiming& Plan(const SubCluster& sub, int shard_ranks) {
-    if (const ReplicaTiming* cached = Cached(sub.cluster, shard_ranks)) return *cached;
-    cache_.push_back({sub.cluster, shard_ranks, Time(sub, shard_ranks)});
-    return cache_.back().timing;
+  // A make-up PlanAhead planned (read-only: safe from several threads).
+  const ReplicaTiming& Planned(const SubCluster& sub, int shard_ranks) const {
+    const ReplicaTiming* cached = Cached(sub.cluster, shard_ranks);
+    HEXISEQ_CHECK(cached != nullptr, "ReplicaPlanner: a replica's make-up was not planned ahead");
+    return *cached;
   }
-  // Plans every make-up of `which`'s replicas not planned yet, on the options' threads, so that
-  // Plan finds them all.
+  // Plans every make-up of `which`'s replicas not planned yet, on the options' threads (the
+  // largest first, so that the longest plans start first), so that Planned finds them all.
   void PlanAhead(const std::vector<ReplicaPartition>& candidates,
                  const std::vector<size_t>& which) {
     std::vector<std::pair<SubCluster, int>> missing;
@@ -78,6 +80,9 @@ class ReplicaPlanner {
           missing.push_back({std::move(sub), participants});
       }
     }
+    std::stable_sort(missing.begin(), missing.end(), [](const auto& a, const auto& b) {
+      return a.first.cluster.num_ranks() > b.first.cluster.num_ranks();
+    });
     std::vector<ReplicaTiming> timings(missing.size());
     ParallelFor(threads_, missing.size(), [&](size_t item) {
       timings[item] = Time(missing[item].first, missing[item].second);
@@ -144,7 +149,8 @@ double BusySeconds(int batch, const std::vector<double>& first,
 // `unfit_seconds` is lowered to its BusySeconds).
 std::optional<StrategyResult> EvaluateCandidate(const CostModel& world,
                                                 const ReplicaPartition& partition,
-                                                ReplicaPlanner& planner, double& unfit_seconds) {
+                                                const ReplicaPlanner& planner,
+                                                double& unfit_seconds) {
   const int participants = Participants(partition);
   std::vector<SubCluster> subs;
   std::vector<const ReplicaTiming*> timings;
@@ -152,7 +158,7 @@ std::optional<StrategyResult> EvaluateCandidate(const CostModel& world,
   bool fits = true;
   for (const std::vector<int>& replica : partition.replicas) {
     subs.push_back(MakeSubCluster(world.cluster(), replica));
-    const ReplicaTiming& timing = planner.Plan(subs.back(), participants);
+    const ReplicaTiming& timing = planner.Planned(subs.back(), participants);
     fits = fits && timing.result.feasible();
     timings.push_back(&timing);
     first.push_back(timing.first_sequence_seconds);
@@ -182,17 +188,23 @@ struct Scored {
 };
 
 // Every candidate through `planner`, best first (by Better), until the clock runs out; those that
-// do not fit lower `unfit_seconds` (EvaluateCandidate).
+// do not fit lower `unfit_seconds` (EvaluateCandidate). The replicas are planned first
+// (PlanAhead), then the candidates are scored on `threads`; the result does not depend on them.
 std::vector<Scored> ScoreAll(const CostModel& world,
                              const std::vector<ReplicaPartition>& candidates,
                              const std::vector<size_t>& which, ReplicaPlanner& planner,
-                             const Clock& clock, double& unfit_seconds) {
+                             const Clock& clock, int threads, double& unfit_seconds) {
+  planner.PlanAhead(candidates, which);
+  std::vector<std::optional<StrategyResult>> results(which.size());
+  std::vector<double> unfit(which.size(), unfit_seconds);
+  ParallelFor(threads, which.size(), [&](size_t item) {
+    if (!clock.Expired())
+      results[item] = EvaluateCandidate(world, candidates[which[item]], planner, unfit[item]);
+  });
   std::vector<Scored> scored;
-  for (size_t index : which) {
-    if (clock.Expired()) break;
-    std::optional<StrategyResult> result =
-        EvaluateCandidate(world, candidates[index], planner, unfit_seconds);
-    if (result) scored.push_back({index, std::move(*result)});
+  for (size_t item = 0; item < which.size(); ++item) {
+    unfit_seconds = std::min(unfit_seconds, unfit[item]);
+    if (results[item]) scored.push_back({which[item], std::move(*results[item])});
   }
   std::stable_sort(scored.begin(), scored.end(),
                    [](const Scored& a, const Scored& b) { return Better(a.result, b.result); });
@@ -245,8 +257,8 @@ ReplicaOutcome SearchReplicas(const CostModel& model, const ScheduleOptions& opt
   for (size_t index = 0; index < all.size(); ++index) all[index] = index;
   ReplicaOutcome outcome;
   ReplicaPlanner screen(model, options, true);
-  std::vector<Scored> screened =
-      ScoreAll(model, candidates, all, screen, clock, outcome.fastest_unfit_seconds);
+  std::vector<Scored> screened = ScoreAll(model, candidates, all, screen, clock, options.threads,
+                                          outcome.fastest_unfit_seconds);
   std::vector<size_t> best_few;
   for (size_t rank = 0; rank < std::min(kRefinedCandidates, screened.size()); ++rank) {
     best_few.push_back(screened[rank].candidate);
@@ -255,9 +267,8 @@ ReplicaOutcome SearchReplicas(const CostModel& model, const ScheduleOptions& opt
   // Tiny clusters: every candidate, also those whose screen plan does not fit memory.
   if (model.cluster().num_ranks() <= kRefineAllUpTo) best_few = all;
   ReplicaPlanner full(model, options, false);
-  full.PlanAhead(candidates, best_few);
-  std::vector<Scored> refined =
-      ScoreAll(model, candidates, best_few, full, clock, outcome.fastest_unfit_seconds);
+  std::vector<Scored> refined = ScoreAll(model, candidates, best_few, full, clock, options.threads,
+                                         outcome.fastest_unfit_seconds);
   refined.insert(refined.end(), screened.begin(), screened.end());
   std::stable_sort(refined.begin(), refined.end(),
                    [](const Scored& a, const Scored& b) { return Better(a.result, b.result); });

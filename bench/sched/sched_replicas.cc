@@ -4,7 +4,8 @@
 //   sched_replicas speed [gpus...] [--threads N]
 //                                    planning time, seq 128K, batch 16: Schedule at zero 1 /
 //                                    full recompute, and RunStrategy with both auto (on N
-//                                    planner threads, default 1)
+//                                    planner threads; default as the CLI's: the machine's
+//                                    hardware threads, at most 8)
 //   sched_replicas ideal             fraction of ideal (cost model), 32-128 GPUs, 32K and 128K,
 //                                    batch 8 and 16, both auto; the best baseline beside it
 //   sched_replicas quality           the predicted iteration time of every strategy's plan (both
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "sched/bench_header.h"
+#include "sched/parallel.h"
 #include "sched/sched_test_util.h"
 #include "sched/strategies.h"
 #include "sched/training_search.h"
@@ -69,6 +71,7 @@ void Check(const CostModel& model, const StrategyResult& result, double best_bas
 
 int Speed(std::vector<int> sizes, int threads) {
   if (sizes.empty()) sizes = {128, 1024, 8192};
+  std::printf("# planner threads: %d\n", threads);
   std::printf("%-6s %-14s %-14s %-12s %-12s %-12s %-9s %s\n", "gpus", "fixed_plan_s", "fixed_cpu_s",
               "auto_plan_s", "auto_cpu_s", "iter_s", "replicas", "config");
   for (int gpus : sizes) {
@@ -181,7 +184,7 @@ int main(int argc, char** argv) {
   PrintBenchHeader("sched_replicas");
   const std::string mode = argc > 1 ? argv[1] : "speed";
   std::vector<int> sizes;
-  int threads = 1;
+  int threads = DefaultPlannerThreads();
   for (int arg = 2; arg < argc; ++arg) {
     if (std::string(argv[arg]) == "--threads" && arg + 1 < argc)
       threads = std::max(1, std::atoi(argv[++arg]));

@@ -11,6 +11,7 @@
 #include "cli/inputs.h"
 #include "report/training.h"
 #include "sched/baselines.h"
+#include "sched/parallel.h"
 #include "sched/scheduler.h"
 #include "sched/strategies.h"
 #include "sched/training_search.h"
@@ -25,7 +26,7 @@ struct PlanFlags {
   std::string format = "table";
   std::string output;
   double time_limit = 0;
-  int threads = 1;
+  int threads = DefaultPlannerThreads();
 };
 
 // A progress bar on stderr, shown only on a terminal and only once a run passes one second.
@@ -328,7 +329,10 @@ void AddPlanningCommands(CLI::App& app, Actions& actions) {
                    "Wall-clock limit in seconds for the whole command (0: none); when reached, "
                    "the best plan found so far is returned and stderr says so")
       ->check(TimeLimitRange());
-  plan->add_option("--threads", plan_flags.threads, "Planner threads (results do not depend on it)")
+  plan->add_option(
+          "--threads", plan_flags.threads,
+          "Planner threads (default: the machine's hardware threads, at most 8; results do "
+          "not depend on it)")
       ->check(CLI::Range(1, 256));
   actions[plan] = [] { return RunPlan(plan_flags); };
 
@@ -339,7 +343,9 @@ void AddPlanningCommands(CLI::App& app, Actions& actions) {
                    "Wall-clock limit in seconds for the whole comparison (0: none); when "
                    "reached, each strategy keeps the best it found and stderr says so")
       ->check(TimeLimitRange());
-  compare->add_option("--threads", compare_flags.threads, "Planner threads")
+  compare
+      ->add_option("--threads", compare_flags.threads,
+                   "Planner threads (default: the machine's hardware threads, at most 8)")
       ->check(CLI::Range(1, 256));
   compare->add_option("--format", compare_flags.format, "table|json")
       ->check(CLI::IsMember({"table", "json"}));

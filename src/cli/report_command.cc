@@ -9,6 +9,7 @@
 #include "cli/cli.h"
 #include "cli/inputs.h"
 #include "report/report.h"
+#include "sched/parallel.h"
 #include "spec/units.h"
 
 namespace hexiseq::cli {
@@ -18,7 +19,7 @@ struct ReportFlags {
   InputFlags inputs;
   std::string plan, output, format = "html", figure, simulate = "auto";
   double time_limit = 0;
-  int threads = 1;
+  int threads = DefaultPlannerThreads();
 };
 
 int UsageError(const std::string& message) {
@@ -120,7 +121,9 @@ void AddReportCommand(CLI::App& app, Actions& actions) {
                   "Wall-clock limit in seconds for the planning and simulation (0: none); when "
                   "reached, the best plans found so far are shown and stderr says so")
       ->check(TimeLimitRange());
-  cmd->add_option("--threads", flags->threads, "Planner threads")->check(CLI::Range(1, 256));
+  cmd->add_option("--threads", flags->threads,
+                  "Planner threads (default: the machine's hardware threads, at most 8)")
+      ->check(CLI::Range(1, 256));
   cmd->add_option("--simulate", flags->simulate,
                   "auto (simulate the timeline on clusters of at most 256 ranks) | always | never")
       ->check(CLI::IsMember({"auto", "always", "never"}));

@@ -24,4 +24,9 @@ void ParallelFor(int threads, size_t count, const std::function<void(size_t)>& t
   for (std::thread& helper : helpers) helper.join();
 }
 
+int DefaultPlannerThreads() {
+  const int hardware = static_cast<int>(std::thread::hardware_concurrency());  // 0: unknown
+  return std::clamp(hardware, 1, kMaxDefaultPlannerThreads);
+}
+
 }  // namespace hexiseq

@@ -11,4 +11,9 @@ namespace hexiseq {
 // does not depend on `threads` when each task writes only its own output slot.
 void ParallelFor(int threads, size_t count, const std::function<void(size_t)>& task);
 
+// The planner's default thread count: the machine's hardware threads, at most
+// kMaxDefaultPlannerThreads (the planner's parallel phases have few tasks), at least 1.
+constexpr int kMaxDefaultPlannerThreads = 8;
+int DefaultPlannerThreads();
+
 }  // namespace hexiseq

@@ -54,7 +54,9 @@ class ReplicaPlanner {
     options_.progress = nullptr;
     options_.candidates = nullptr;
     options_.explain_infeasible = false;
-    options_.threads = 1;
+    // A re-plan runs on the threads too (its baselines and refinements), beside the other
+    // make-ups' re-plans (PlanAhead): the longest one no longer ends on one thread alone.
+    options_.threads = screen ? 1 : options.threads;
     options_.max_trials = kReplicaTrials;
     options_.top_k = kReplicaTopK;
   }

@@ -1089,21 +1089,27 @@ bool SameReplicaElsewhere(const Cluster& cluster, const Plan& a, const std::vect
                           const Plan& b, const std::vector<int>& ranks_b) {
   if (a.batch != b.batch || ranks_a.size() != ranks_b.size() || a.groups.size() != b.groups.size())
     return false;
-  std::vector<int> image(cluster.num_ranks(), -1), node_image(cluster.nodes.size(), -1),
-      node_preimage(cluster.nodes.size(), -1);
-  for (size_t index = 0; index < ranks_a.size(); ++index) {
-    const RankInfo& from = cluster.ranks[ranks_a[index]];
-    const RankInfo& to = cluster.ranks[ranks_b[index]];
-    if (from.kind != to.kind) return false;
-    int& forward = node_image[from.node];
-    int& backward = node_preimage[to.node];
-    if ((forward >= 0 && forward != to.node) || (backward >= 0 && backward != from.node))
-      return false;
-    forward = to.node;
-    backward = from.node;
-    image[ranks_a[index]] = ranks_b[index];
+  const size_t size = ranks_a.size();
+  for (size_t index = 0; index < size; ++index)
+    if (cluster.ranks[ranks_a[index]].kind != cluster.ranks[ranks_b[index]].kind) return false;
+  // The node pattern: (node of a's rank, node of b's rank) pairs pair each node with one node,
+  // both ways.
+  std::vector<std::pair<int, int>> nodes(size);
+  for (size_t index = 0; index < size; ++index)
+    nodes[index] = {cluster.ranks[ranks_a[index]].node, cluster.ranks[ranks_b[index]].node};
+  for (int side = 0; side < 2; ++side) {
+    std::sort(nodes.begin(), nodes.end());
+    for (size_t index = 1; index < size; ++index)
+      if (nodes[index].first == nodes[index - 1].first &&
+          nodes[index].second != nodes[index - 1].second)
+        return false;
+    for (auto& [first, second] : nodes) std::swap(first, second);
   }
-  const auto mapped = [&](int rank_a, int rank_b) { return image[rank_a] == rank_b; };
+  const auto image = [&](int rank_a) {
+    const auto found = std::lower_bound(ranks_a.begin(), ranks_a.end(), rank_a);
+    return found == ranks_a.end() || *found != rank_a ? -1 : ranks_b[found - ranks_a.begin()];
+  };
+  const auto mapped = [&](int rank_a, int rank_b) { return image(rank_a) == rank_b; };
   for (size_t group = 0; group < a.groups.size(); ++group) {
     const PlanGroup& group_a = a.groups[group];
     const PlanGroup& group_b = b.groups[group];

@@ -53,6 +53,7 @@ class ReplicaPlanner {
       : world_(world), options_(options), screen_(screen), threads_(options.threads) {
     options_.progress = nullptr;
     options_.candidates = nullptr;
+    options_.scored_baselines = nullptr;
     options_.explain_infeasible = false;
     // A re-plan runs on the threads too (its baselines and refinements), beside the other
     // make-ups' re-plans (PlanAhead): the longest one no longer ends on one thread alone.

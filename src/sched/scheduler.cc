@@ -644,6 +644,7 @@ class SchedulerRun {
   // Baselines: seeds of the pool and the floor the result must beat.
   void ScoreBaselines(const std::vector<StrategyResult>* scored) {
     baselines_ = scored ? *scored : AllBaselines(model_.problem(), clock_, options_.threads);
+    if (!scored && options_.scored_baselines) *options_.scored_baselines = baselines_;
     if (!clock_.Expired()) baselines_.push_back(ProportionalPlan(model_));
   }
 

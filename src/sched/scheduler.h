@@ -46,6 +46,9 @@ struct ScheduleOptions {
   bool explain_infeasible = true;
   // Filled (when not null) with every scored candidate, best first.
   std::vector<CandidateRecord>* candidates = nullptr;
+  // Filled (when not null) by a search that scores the baselines itself (AllBaselines at the
+  // problem's settings), so that a caller needing them too need not score them again.
+  std::vector<StrategyResult>* scored_baselines = nullptr;
   // `--zero auto` / `--recompute auto`: RunStrategy and CompareStrategies try every ZeRO stage
   // (0..3) / recompute policy (none, selective, full) and keep the fastest feasible plan; false:
   // the workload's value is respected. Schedule itself always plans the workload as given.

@@ -66,11 +66,15 @@ struct Screened {
   StrategyResult best;                    // the best baseline (the screen's score)
 };
 
-Screened ScreenAt(const Problem& problem, const TrainingConfig& config, const Deadline& deadline,
-                  int threads) {
-  Screened screened{config, AllBaselines(WithTraining(problem, config), deadline, threads), {}};
+Screened ScreenedFrom(const TrainingConfig& config, std::vector<StrategyResult> baselines) {
+  Screened screened{config, std::move(baselines), {}};
   screened.best = *std::min_element(screened.baselines.begin(), screened.baselines.end(), Better);
   return screened;
+}
+
+Screened ScreenAt(const Problem& problem, const TrainingConfig& config, const Deadline& deadline,
+                  int threads) {
+  return ScreenedFrom(config, AllBaselines(WithTraining(problem, config), deadline, threads));
 }
 
 // A result's plan scored at `problem`'s settings (its ZeRO stage and recompute policy).
@@ -145,10 +149,16 @@ bool WorthSearching(const Screened& screened, double to_beat, bool memory_shaped
 void SearchBounded(const Problem& problem, const std::vector<TrainingConfig>& configs,
                    const ScheduleOptions& fixed, const FixedStrategy& run, bool exact, Runs& runs) {
   const Deadline& deadline = fixed.deadline;
-  const Screened first = ScreenAt(problem, configs.front(), deadline, fixed.threads);
+  // The first run scores the baselines there itself (the hexiseq search scores them beside its
+  // replica search); a run that does not (exact) has them scored after it.
+  std::vector<StrategyResult> scored;
+  ScheduleOptions first_options = fixed;
+  first_options.scored_baselines = &scored;
+  runs.Run(run, WithTraining(problem, configs.front()), first_options, nullptr);
+  const Screened first = scored.empty()
+                             ? ScreenAt(problem, configs.front(), deadline, fixed.threads)
+                             : ScreenedFrom(configs.front(), std::move(scored));
   runs.NoteBaseline(first.best);
-  if (deadline.Expired()) return;
-  runs.Run(run, WithTraining(problem, first.config), fixed, &first.baselines);
   if (runs.first_error) return;  // bad options: the same error at every configuration
   const double to_beat = runs.BestFeasibleSeconds();
   // With to_beat finite the first run gave a feasible plan: the only result so far.

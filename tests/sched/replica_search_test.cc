@@ -276,6 +276,40 @@ TEST(TrainingSearch, AutoNeverWorseThanAnyFixedChoice) {
   }
 }
 
+// The search hands out the baselines it scored (ScheduleOptions::scored_baselines), as AllBaselines
+// scores them; and auto gives the same plan on one thread and on two (with the baselines scored
+// inside the first search on two).
+TEST(TrainingSearch, ScoredBaselinesAreAllBaselinesAndThreadsDoNotChangeThePlan) {
+  Workload workload;
+  workload.seq_len = 32768;
+  workload.batch = 8;
+  const CostModel model(sched_test::MixedCluster(32), sched_test::Model("llama3-8b"), workload);
+  std::vector<StrategyResult> scored;
+  ScheduleOptions options;
+  options.threads = 2;
+  options.scored_baselines = &scored;
+  ASSERT_TRUE(Schedule(model.problem(), options));
+  const std::vector<StrategyResult> expected = AllBaselines(model.problem(), Deadline{}, 1);
+  ASSERT_EQ(scored.size(), expected.size());
+  for (size_t index = 0; index < expected.size(); ++index) {
+    EXPECT_EQ(scored[index].strategy, expected[index].strategy);
+    EXPECT_EQ(scored[index].config, expected[index].config);
+    EXPECT_EQ(scored[index].cost.iteration_seconds, expected[index].cost.iteration_seconds);
+  }
+  ScheduleOptions automatic;
+  automatic.zero_auto = automatic.recompute_auto = true;
+  auto one = RunStrategy(model.problem(), "hexiseq", automatic);
+  automatic.threads = 2;
+  auto two = RunStrategy(model.problem(), "hexiseq", automatic);
+  ASSERT_TRUE(one && two);
+  EXPECT_EQ(one->plan, two->plan);
+  EXPECT_EQ(one->cost.iteration_seconds, two->cost.iteration_seconds);
+  ASSERT_EQ(one->options_considered.size(), two->options_considered.size());
+  for (size_t index = 0; index < one->options_considered.size(); ++index)
+    EXPECT_EQ(one->options_considered[index].iteration_seconds,
+              two->options_considered[index].iteration_seconds);
+}
+
 // 128 mixed GPUs, gpt-13b at 128K, batch 8: without recompute the best plan found fits (2 replicas)
 // while faster candidates (4 replicas) do not; they fit at ZeRO 3, so auto must search there too
 // and find at least what a fixed run there finds.

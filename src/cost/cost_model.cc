@@ -1136,13 +1136,12 @@ PlanCost CostModel::EvaluateReplicas(const Plan& plan) const {
   const int replicas = NumReplicas(plan);
   // Each replica is evaluated unless an earlier one is the same on other ranks
   // (SameReplicaElsewhere): then `source` names that one and its figures are moved over.
-  std::vector<Plan> replica_plans;
+  const std::vector<Plan> replica_plans = ReplicaPlans(plan);
   std::vector<std::vector<int>> members;
   std::vector<PlanCost> parts;  // per evaluated replica
   std::vector<int> source, part_of;
   for (int replica = 0; replica < replicas; ++replica) {
-    replica_plans.push_back(ReplicaPlan(plan, replica));
-    members.push_back(ParticipatingRanks(replica_plans.back()));
+    members.push_back(ParticipatingRanks(replica_plans[replica]));
     int twin = 0;
     while (twin < replica &&
            !(source[twin] == twin &&

@@ -111,6 +111,8 @@ std::vector<int> ParticipatingRanks(const Plan& plan);
 // Replica `replica` as a one-replica plan over the same cluster: its groups (in order), batch =
 // its sequences, every other rank left out, no prediction. REQUIRES 0 <= replica < NumReplicas.
 Plan ReplicaPlan(const Plan& plan, int replica);
+// Every replica's ReplicaPlan, in replica order (the plan's fields copied once).
+std::vector<Plan> ReplicaPlans(const Plan& plan);
 // A plan made for a part of the cluster (its rank r is world rank world_ranks[r]) as a plan over
 // `num_ranks` world ranks: groups renumbered, every world rank outside it left out, no
 // prediction. REQUIRES world_ranks.size() == plan.num_ranks, distinct ranks in [0, num_ranks).

@@ -23,23 +23,46 @@ std::vector<int> ParticipatingRanks(const Plan& plan) {
   return ranks;
 }
 
-Plan ReplicaPlan(const Plan& plan, int replica) {
-  Plan out = plan;
-  out.groups.clear();
-  out.predicted.reset();
-  out.batch = ReplicaSequences(plan, replica);
-  out.replica_sequences = {out.batch};
+namespace {
+
+// `plan` without its groups, prediction and left-out ranks: the shell of each replica's plan.
+Plan ReplicaShell(const Plan& plan) {
+  Plan shell = plan;
+  shell.groups.clear();
+  shell.predicted.reset();
+  shell.left_out.clear();
+  return shell;
+}
+
+// Replica `replica`'s plan: `shell` (ReplicaShell of `plan`) with its groups and sequences, every
+// other rank left out.
+Plan FillReplica(Plan shell, const Plan& plan, int replica) {
+  shell.batch = ReplicaSequences(plan, replica);
+  shell.replica_sequences = {shell.batch};
   std::vector<bool> inside(std::max(0, plan.num_ranks), false);
   for (const PlanGroup& group : plan.groups) {
     if (group.replica != replica) continue;
-    out.groups.push_back(group);
-    out.groups.back().replica = 0;
+    shell.groups.push_back(group);
+    shell.groups.back().replica = 0;
     for (const PlanMember& member : group.members)
       if (member.rank >= 0 && member.rank < plan.num_ranks) inside[member.rank] = true;
   }
-  out.left_out.clear();
   for (int rank = 0; rank < plan.num_ranks; ++rank)
-    if (!inside[rank]) out.left_out.push_back(rank);
+    if (!inside[rank]) shell.left_out.push_back(rank);
+  return shell;
+}
+
+}  // namespace
+
+Plan ReplicaPlan(const Plan& plan, int replica) {
+  return FillReplica(ReplicaShell(plan), plan, replica);
+}
+
+std::vector<Plan> ReplicaPlans(const Plan& plan) {
+  const Plan shell = ReplicaShell(plan);  // one copy of the plan's fields, not one per replica
+  std::vector<Plan> out;
+  for (int replica = 0; replica < NumReplicas(plan); ++replica)
+    out.push_back(FillReplica(shell, plan, replica));
   return out;
 }
 

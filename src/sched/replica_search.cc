@@ -68,9 +68,10 @@ class ReplicaPlanner {
     return *cached;
   }
   // Plans every make-up of `which`'s replicas not planned yet, on the options' threads (the
-  // largest first, so that the longest plans start first), so that Planned finds them all.
-  void PlanAhead(const std::vector<ReplicaPartition>& candidates,
-                 const std::vector<size_t>& which) {
+  // largest first, so that the longest plans start first), so that Planned finds them all; none
+  // once `clock` has expired (then no candidate is scored either: the clock stays expired).
+  void PlanAhead(const std::vector<ReplicaPartition>& candidates, const std::vector<size_t>& which,
+                 const Clock& clock) {
     std::vector<std::pair<SubCluster, int>> missing;
     for (size_t index : which) {
       const int participants = Participants(candidates[index]);
@@ -86,12 +87,13 @@ class ReplicaPlanner {
     std::stable_sort(missing.begin(), missing.end(), [](const auto& a, const auto& b) {
       return a.first.cluster.num_ranks() > b.first.cluster.num_ranks();
     });
-    std::vector<ReplicaTiming> timings(missing.size());
+    std::vector<std::optional<ReplicaTiming>> timings(missing.size());
     ParallelFor(threads_, missing.size(), [&](size_t item) {
-      timings[item] = Time(missing[item].first, missing[item].second);
+      if (!clock.Expired()) timings[item] = Time(missing[item].first, missing[item].second);
     });
     for (size_t item = 0; item < missing.size(); ++item)
-      cache_.push_back({missing[item].first.cluster, missing[item].second, timings[item]});
+      if (timings[item])
+        cache_.push_back({missing[item].first.cluster, missing[item].second, *timings[item]});
   }
 
  private:
@@ -197,7 +199,7 @@ std::vector<Scored> ScoreAll(const CostModel& world,
                              const std::vector<ReplicaPartition>& candidates,
                              const std::vector<size_t>& which, ReplicaPlanner& planner,
                              const Clock& clock, int threads, double& unfit_seconds) {
-  planner.PlanAhead(candidates, which);
+  planner.PlanAhead(candidates, which, clock);
   std::vector<std::optional<StrategyResult>> results(which.size());
   std::vector<double> unfit(which.size(), unfit_seconds);
   ParallelFor(threads, which.size(), [&](size_t item) {

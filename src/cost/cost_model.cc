@@ -1138,8 +1138,8 @@ PlanCost CostModel::EvaluateReplicas(const Plan& plan) const {
   // (SameReplicaElsewhere): then `source` names that one and its figures are moved over.
   const std::vector<Plan> replica_plans = ReplicaPlans(plan);
   std::vector<std::vector<int>> members;
-  std::vector<PlanCost> parts;  // per evaluated replica
-  std::vector<int> source, part_of;
+  std::vector<PlanCost> parts(replicas);  // evaluated replicas only; the others stay empty
+  std::vector<int> source;
   for (int replica = 0; replica < replicas; ++replica) {
     members.push_back(ParticipatingRanks(replica_plans[replica]));
     int twin = 0;
@@ -1149,35 +1149,30 @@ PlanCost CostModel::EvaluateReplicas(const Plan& plan) const {
                                   replica_plans[replica], members[replica])))
       ++twin;
     source.push_back(twin);
-    if (twin < replica) {
-      part_of.push_back(part_of[twin]);
-      continue;
-    }
+    if (twin < replica) continue;
     replica_workload.batch = ReplicaSequences(plan, replica);
-    part_of.push_back(static_cast<int>(parts.size()));
-    parts.push_back(CostModel(problem_.cluster, problem_.model, replica_workload, k_)
-                        .Evaluate(replica_plans[replica]));
+    parts[replica] = CostModel(problem_.cluster, problem_.model, replica_workload, k_)
+                         .Evaluate(replica_plans[replica]);
   }
-  return CombineReplicas(plan, parts, members, source, part_of);
+  return CombineReplicas(plan, parts, members, source);
 }
 
 PlanCost CostModel::CombineReplicas(const Plan& plan, const std::vector<PlanCost>& parts,
                                     const std::vector<std::vector<int>>& members,
-                                    const std::vector<int>& source,
-                                    const std::vector<int>& part_of) const {
-  auto busy = [&](int replica) { return parts[part_of[replica]].replica_busy_seconds.front(); };
+                                    const std::vector<int>& source) const {
+  auto busy = [&](int replica) { return parts[source[replica]].replica_busy_seconds.front(); };
   int slowest = 0;  // the first of the slowest: an evaluated replica
   for (int replica = 0; replica < static_cast<int>(members.size()); ++replica)
     if (busy(replica) > busy(slowest)) slowest = replica;
   // The slowest replica sets the phases and the bottleneck; every rank keeps its own figures.
-  PlanCost cost = parts[part_of[slowest]];
+  PlanCost cost = parts[source[slowest]];
   const double slowest_busy = busy(slowest);
   cost.replica_busy_seconds.clear();
   cost.feasible = true;
   cost.infeasible_reason.clear();
   for (size_t replica = 0; replica < members.size(); ++replica) {
     cost.replica_busy_seconds.push_back(busy(replica));
-    const PlanCost& part = parts[part_of[replica]];
+    const PlanCost& part = parts[source[replica]];
     const std::vector<int>& from = members[source[replica]];
     for (size_t index = 0; index < from.size(); ++index) {
       cost.ranks[members[replica][index]] = part.ranks[from[index]];

@@ -351,12 +351,12 @@ class CostModel {
   RingChain AveragedChain(const Plan& plan, const std::vector<GroupCost>& groups) const;
   // Several replicas: each scored as a one-replica plan, then the sync over all participants.
   PlanCost EvaluateReplicas(const Plan& plan) const;
-  // The replicas' figures into the plan's: `parts` per evaluated replica, `members` each
-  // replica's ranks (sorted), `source` the evaluated replica each one copies (itself if
-  // evaluated), `part_of` its entry in `parts`.
+  // The replicas' figures into the plan's: `parts` per replica (filled for evaluated ones),
+  // `members` each replica's ranks (sorted), `source` the evaluated replica each one copies
+  // (itself if evaluated).
   PlanCost CombineReplicas(const Plan& plan, const std::vector<PlanCost>& parts,
                            const std::vector<std::vector<int>>& members,
-                           const std::vector<int>& source, const std::vector<int>& part_of) const;
+                           const std::vector<int>& source) const;
   // Sync rounds of an iteration: under ZeRO-3 the sequences of the busiest replica, else 1.
   double SyncRounds(const Plan& plan) const;
   // The gradient sync not hidden behind `busy_seconds` of compute: all buckets of `rounds`

@@ -68,6 +68,8 @@ struct RankMeasurement {
   std::vector<RatePoint> attention;  // forward + backward (+ recompute) of two blocks
   double gemm_rate = 0;              // FLOP/s at the even split (the point written out)
   double attention_rate = 0;
+  // Combined calibrations only: each run's rates, in the order of Calibration::combined_from.
+  std::vector<double> gemm_rate_runs, attention_rate_runs;
 };
 
 struct PairMeasurement {
@@ -95,6 +97,7 @@ struct Calibration {
   double host_memory_bytes = 0;  // physical memory of rank 0's host
   std::string slowdown_padding;  // "spin" or "sleep" (--slowdown-pad), "" when no rank is slowed
   std::string linear_probe;      // what the GEMM rate's probe timed
+  std::vector<std::string> combined_from;  // the sidecars a combined calibration is the median of
 };
 
 // Checks the options against the world size before anything is measured (same on every rank):
@@ -114,5 +117,15 @@ std::string ClusterYaml(const Calibration& calibration, const CalibrateOptions& 
                         const std::string& name);
 // Every raw measurement as JSON (the sidecar file).
 std::string CalibrationJson(const Calibration& calibration);
+
+// A sidecar read back (the inverse of CalibrationJson); errors name the file and the field.
+Result<Calibration> ParseCalibrationJson(const std::string& text, const std::string& path);
+Result<Calibration> ReadCalibrationFile(const std::string& path);
+// Calibrations of one job (same model, --seq, ranks, hosts, slowdowns, padding, probe sizes;
+// else an error naming the file and the field) as one: every timed point, latency, bandwidth,
+// one-way time and all-to-all time is the median over the runs, the rates are read from the
+// median curve at the even split, and each rank keeps every run's rates. `paths` name the runs.
+Result<Calibration> CombineCalibrations(const std::vector<Calibration>& runs,
+                                        const std::vector<std::string>& paths);
 
 }  // namespace hexiseq::calibrate

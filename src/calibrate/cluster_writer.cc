@@ -159,6 +159,11 @@ std::string ClusterYaml(const Calibration& calibration, const CalibrateOptions& 
       "# bf16_tflops x attention_efficiency = attention FLOP/s, counted as the cost model counts\n"
       "# them (forward + backward + recompute). Links: medians of ping-pong over rank pairs.\n"
       "# Raw figures (every curve, every pair, all-to-all): the sidecar .measurements.json.\n";
+  if (!calibration.combined_from.empty()) {
+    yaml += "# Combined: every timed figure is the median of " +
+            std::to_string(calibration.combined_from.size()) + " calibrations (" +
+            calibration.combined_from.front() + " ...).\n";
+  }
   if (!calibration.slowdown_padding.empty()) {
     yaml += "# --slowdown padding: " + calibration.slowdown_padding + ".\n";
   }
@@ -188,13 +193,18 @@ std::string CalibrationJson(const Calibration& calibration) {
   };
   json ranks = json::array();
   for (const RankMeasurement& rank : calibration.ranks) {
-    ranks.push_back({{"rank", rank.rank},
-                     {"host", rank.host},
-                     {"slowdown", rank.slowdown},
-                     {"gemm_flops_per_second", rank.gemm_rate},
-                     {"attention_flops_per_second", rank.attention_rate},
-                     {"gemm_curve", curve(rank.gemm)},
-                     {"attention_curve", curve(rank.attention)}});
+    json entry = {{"rank", rank.rank},
+                  {"host", rank.host},
+                  {"slowdown", rank.slowdown},
+                  {"gemm_flops_per_second", rank.gemm_rate},
+                  {"attention_flops_per_second", rank.attention_rate},
+                  {"gemm_curve", curve(rank.gemm)},
+                  {"attention_curve", curve(rank.attention)}};
+    if (!calibration.combined_from.empty()) {
+      entry["gemm_flops_per_second_runs"] = rank.gemm_rate_runs;
+      entry["attention_flops_per_second_runs"] = rank.attention_rate_runs;
+    }
+    ranks.push_back(std::move(entry));
   }
   json pairs = json::array();
   for (const PairMeasurement& pair : calibration.pairs) {
@@ -210,16 +220,18 @@ std::string CalibrationJson(const Calibration& calibration) {
                           {"seconds", row.seconds},
                           {"alpha_beta_seconds", row.predicted_seconds}});
   }
-  const json out = {{"format", "hexiseq.calibration/1"},
-                    {"model", calibration.model_name},
-                    {"seq_len", calibration.seq_len},
-                    {"num_ranks", calibration.num_ranks},
-                    {"even_shard_tokens", calibration.even_shard_tokens},
-                    {"slowdown_padding", calibration.slowdown_padding},
-                    {"linear_probe", calibration.linear_probe},
-                    {"ranks", ranks},
-                    {"pairs", pairs},
-                    {"all_to_all", all_to_all}};
+  json out = {{"format", "hexiseq.calibration/1"},
+              {"model", calibration.model_name},
+              {"seq_len", calibration.seq_len},
+              {"num_ranks", calibration.num_ranks},
+              {"even_shard_tokens", calibration.even_shard_tokens},
+              {"slowdown_padding", calibration.slowdown_padding},
+              {"linear_probe", calibration.linear_probe},
+              {"ranks", ranks},
+              {"pairs", pairs},
+              {"all_to_all", all_to_all},
+              {"host_memory_bytes", calibration.host_memory_bytes}};
+  if (!calibration.combined_from.empty()) out["combined_from"] = calibration.combined_from;
   return out.dump(2) + "\n";
 }
 

@@ -33,9 +33,16 @@ struct CalibrateFlags {
   std::string recompute = "full";
   int repeats = 3;
   double merge_tolerance = 0.10;
+  std::vector<std::string> combine;               // sidecars to combine instead of measuring
   calibrate::LinearProbe linear_probe = nullptr;  // set by the executable, not a flag
   std::string linear_probe_name;
+  CLI::App* command = nullptr;  // to tell which flags were given
 };
+
+// The flags that say what to measure, which --combine (measuring nothing) does not take.
+const char* const kMeasuringFlags[] = {"--model",        "--seq",          "--recompute",
+                                       "--repeats",      "--hosts",        "--slowdown",
+                                       "--slowdown-pad", "--link-slowdown"};
 
 std::vector<std::string> SplitCommas(const std::string& text) {
   std::vector<std::string> parts;
@@ -209,7 +216,50 @@ Result<void> WriteOutputs(const CalibrateFlags& flags, const calibrate::Calibrat
   return {};
 }
 
+// --combine: the median of earlier calibrations of one job, written like a measured one; no MPI.
+int RunCombine(const CalibrateFlags& flags) {
+  for (const char* flag : kMeasuringFlags) {
+    if (flags.command->count(flag) > 0) {
+      std::fprintf(stderr,
+                   "hexiseq: calibrate: %s is given with --combine (rule: --combine measures "
+                   "nothing, it reads the model, --seq and the rest from the measurements files; "
+                   "hint: leave %s out)\n",
+                   flag, flag);
+      return 2;
+    }
+  }
+  std::vector<calibrate::Calibration> runs;
+  for (const std::string& path : flags.combine) {
+    auto run = calibrate::ReadCalibrationFile(path);
+    if (!run) return ReportError(run.error());
+    runs.push_back(std::move(*run));
+  }
+  auto combined = calibrate::CombineCalibrations(runs, flags.combine);
+  if (!combined) return ReportError(combined.error());
+  for (const auto& [path, what] : {std::pair{flags.output, "cluster file"},
+                                   std::pair{MeasurementsPath(flags), "measurements file"}}) {
+    if (auto writable = CheckWritable(path, what); !writable) return ReportError(writable.error());
+  }
+  calibrate::CalibrateOptions options;
+  options.merge_tolerance = flags.merge_tolerance;
+  if (auto written = WriteOutputs(flags, options, *combined); !written) {
+    return ReportError(written.error());
+  }
+  return 0;
+}
+
 int RunCalibrateCommand(const CalibrateFlags& flags) {
+  if (!flags.combine.empty()) return RunCombine(flags);
+  for (const auto& [flag, value] : {std::pair{"--model", &flags.model}, {"--seq", &flags.seq}}) {
+    if (value->empty()) {
+      std::fprintf(stderr,
+                   "hexiseq: calibrate: %s is required (rule: calibrate measures at the shapes "
+                   "of --model at --seq, or combines earlier runs with --combine; hint: "
+                   "--model llama3-8b --seq 32768)\n",
+                   flag);
+      return 2;
+    }
+  }
   runtime::MpiSession session(nullptr, nullptr);
   runtime::SetBlasThreads(1);
   std::unique_ptr<runtime::Comm> world = runtime::MpiWorldComm();
@@ -247,10 +297,11 @@ void AddCalibrateCommand(CLI::App& app, Actions& actions, calibrate::LinearProbe
       "calibrate",
       "Measure every rank's GEMM and attention rates and every pair's latency and bandwidth "
       "into a cluster file (run under mpirun -np N)");
-  cmd->add_option("--model", flags.model, "Model preset or YAML file (sets the GEMM shapes)")
-      ->required();
-  cmd->add_option("--seq", flags.seq, "Sequence length S (the even split S / N is the point used)")
-      ->required();
+  cmd->add_option("--model", flags.model,
+                  "Model preset or YAML file (sets the GEMM shapes; required unless --combine)");
+  cmd->add_option("--seq", flags.seq,
+                  "Sequence length S (the even split S / N is the point used; required unless "
+                  "--combine)");
   cmd->add_option("-o,--output", flags.output, "Cluster file to write (YAML)")->required();
   cmd->add_option("--measurements", flags.measurements,
                   "Raw measurements JSON (default: the output with .measurements.json)");
@@ -266,7 +317,12 @@ void AddCalibrateCommand(CLI::App& app, Actions& actions, calibrate::LinearProbe
                   "Neighbouring ranks of a host share a node kind when their rates agree within "
                   "this fraction (default 0.1; 0: one node per rank)")
       ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--combine", flags.combine,
+                  "Measure nothing: combine these .measurements.json files of earlier runs of "
+                  "one job (comma-separated), every timed figure the median over the runs")
+      ->delimiter(',');
   AddEmulationOptions(cmd, flags.emulation, "calibration kernels");
+  flags.command = cmd;
   actions[cmd] = [] { return RunCalibrateCommand(flags); };
 }
 

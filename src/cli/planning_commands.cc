@@ -275,12 +275,17 @@ std::string RankBreakdownTable(const Plan& plan, const Cluster& cluster, const P
   return FormatTable(rows);
 }
 
-int RunExplain(const std::string& path, const InputFlags& in) {
+int RunExplain(const std::string& path, const InputFlags& in, const std::string& format) {
   auto loaded = LoadPlanAndInputs(path, in);
   if (!loaded) return ReportError(loaded.error());
-  const Plan& plan = loaded->first;
+  Plan& plan = loaded->first;
   const Problem& problem = loaded->second;
   const PlanCost cost = Evaluate(problem, plan);
+  if (format == "json") {  // the plan with the cost model's prediction on these inputs
+    AttachPrediction(plan, cost);
+    std::fputs(PlanToJson(plan).c_str(), stdout);
+    return cost.feasible ? 0 : 1;
+  }
   std::fputs(
       PlanSummary(plan, problem, cost, {}, CostModel(problem).IdealIterationSeconds()).c_str(),
       stdout);
@@ -302,7 +307,7 @@ int RunExplain(const std::string& path, const InputFlags& in) {
 
 void AddPlanningCommands(CLI::App& app, Actions& actions) {
   static PlanFlags plan_flags, compare_flags;
-  static std::string validate_plan, explain_plan;
+  static std::string validate_plan, explain_plan, explain_format = "table";
   static InputFlags validate_in, explain_in;
 
   CLI::App* plan = app.add_subcommand("plan", "Plan a cluster + model + sequence");
@@ -359,7 +364,11 @@ void AddPlanningCommands(CLI::App& app, Actions& actions) {
   CLI::App* explain = app.add_subcommand("explain", "Per-rank breakdown and the bottleneck");
   explain->add_option("--plan", explain_plan, "Plan JSON file")->required();
   AddInputFlags(explain, explain_in, false);
-  actions[explain] = [] { return RunExplain(explain_plan, explain_in); };
+  explain
+      ->add_option("--format", explain_format,
+                   "table|json (json: the plan with `predicted` re-evaluated on these inputs)")
+      ->check(CLI::IsMember({"table", "json"}));
+  actions[explain] = [] { return RunExplain(explain_plan, explain_in, explain_format); };
 }
 
 }  // namespace hexiseq::cli

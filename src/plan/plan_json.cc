@@ -230,14 +230,6 @@ class Reader {
   std::string source_;
 };
 
-#define HEXISEQ_TRY(var, expr)                                     \
-  auto var##_result = (expr);                                      \
-  if (!var##_result) return std::unexpected(var##_result.error()); \
-  auto var = *var##_result
-
-#define HEXISEQ_TRY_VOID(expr) \
-  if (auto try_result = (expr); !try_result) return std::unexpected(try_result.error())
-
 const std::string kRankRule =
     "ranks are whole numbers in " + Bounds(0, kMaxRanks - 1) + " (docs/limits.md)";
 const std::string kHeadRule =

@@ -56,4 +56,15 @@ bool IsPlainFieldName(const std::string& key);
 #define HEXISEQ_CHECK(cond, what) \
   ((cond) ? (void)0 : ::hexiseq::AssertFail(#cond, __FILE__, __LINE__, (what)))
 
+// Inside a function returning Result<...>: evaluates `expr` (a Result<T>), returns its error, or
+// binds its value to a new local `var`.
+#define HEXISEQ_TRY(var, expr)                                     \
+  auto var##_result = (expr);                                      \
+  if (!var##_result) return std::unexpected(var##_result.error()); \
+  auto var = *var##_result
+
+// The same for a Result<void>.
+#define HEXISEQ_TRY_VOID(expr) \
+  if (auto try_result = (expr); !try_result) return std::unexpected(try_result.error())
+
 }  // namespace hexiseq

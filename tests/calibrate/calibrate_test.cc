@@ -230,5 +230,134 @@ TEST(CalibrateSidecar, SaysHowSlowedRanksPadded) {
             std::string::npos);
 }
 
+// A calibration like ThreeRanks whose timed figures are all `scale` times as long.
+Calibration Slower(double scale) {
+  Calibration calibration = ThreeRanks();
+  for (RankMeasurement& rank : calibration.ranks) {
+    for (auto* curve : {&rank.gemm, &rank.attention})
+      for (RatePoint& point : *curve) point.seconds *= scale;
+    rank.gemm_rate /= scale;
+    rank.attention_rate /= scale;
+  }
+  for (PairMeasurement& pair : calibration.pairs) {
+    pair.latency_seconds *= scale;
+    pair.bytes_per_second /= scale;
+    for (double& one_way : pair.half_rtt) one_way *= scale;
+  }
+  calibration.all_to_all = {{4096, 1e-3 * scale, 0.9e-3 * scale}};
+  return calibration;
+}
+
+TEST(CalibrateSidecar, ReadsBackWhatItWrote) {
+  const Calibration written = Slower(1.0);
+  auto read = ParseCalibrationJson(CalibrationJson(written), "x.measurements.json");
+  ASSERT_TRUE(read.has_value()) << read.error().message;
+  EXPECT_EQ(read->model_name, "tiny");
+  EXPECT_EQ(read->num_ranks, 3);
+  EXPECT_EQ(read->even_shard_tokens, 1365);
+  EXPECT_DOUBLE_EQ(read->host_memory_bytes, written.host_memory_bytes);
+  ASSERT_EQ(read->ranks.size(), 3u);
+  EXPECT_EQ(read->ranks[2].host, "a");
+  EXPECT_DOUBLE_EQ(read->ranks[2].gemm_rate, 5e9);
+  EXPECT_DOUBLE_EQ(read->ranks[1].attention_rate, 5.1e9);
+  ASSERT_EQ(read->pairs.size(), 3u);
+  EXPECT_EQ(read->pairs[2].a, 1);
+  EXPECT_EQ(read->pairs[2].bytes, (std::vector<int64_t>{8, 1024}));
+  EXPECT_DOUBLE_EQ(read->pairs[2].bytes_per_second, 6e9);
+  ASSERT_EQ(read->all_to_all.size(), 1u);
+  EXPECT_DOUBLE_EQ(read->all_to_all[0].predicted_seconds, 0.9e-3);
+}
+
+TEST(CalibrateCombine, EveryTimedFigureIsTheMedianOverTheRuns) {
+  // Three runs at 1x, 1.5x and 1.2x the time: the median run is the 1.2x one, figure by figure,
+  // whatever the order of the files.
+  const std::vector<Calibration> runs = {Slower(1.0), Slower(1.5), Slower(1.2)};
+  auto combined = CombineCalibrations(runs, {"one.json", "two.json", "three.json"});
+  ASSERT_TRUE(combined.has_value()) << combined.error().message;
+  const double rel = 1e-12;
+  EXPECT_NEAR(combined->ranks[0].gemm_rate, 10e9 / 1.2, rel * 10e9);
+  EXPECT_NEAR(combined->ranks[2].attention_rate, 2.5e9 / 1.2, rel * 2.5e9);
+  EXPECT_NEAR(combined->ranks[1].gemm[0].seconds, 1.2, rel);
+  EXPECT_NEAR(combined->pairs[1].bytes_per_second, 4e9 / 1.2, rel * 4e9);
+  EXPECT_NEAR(combined->pairs[1].latency_seconds, 2e-6 * 1.2, rel);
+  EXPECT_NEAR(combined->pairs[0].half_rtt[1], (1e-6 + 1024 / 8e9) * 1.2, rel);
+  EXPECT_NEAR(combined->all_to_all[0].seconds, 1.2e-3, rel);
+  EXPECT_EQ(combined->ranks[0].gemm_rate_runs.size(), 3u);
+  EXPECT_NEAR(combined->ranks[0].gemm_rate_runs[1], 10e9 / 1.5, rel * 10e9);
+  EXPECT_EQ(combined->combined_from,
+            (std::vector<std::string>{"one.json", "two.json", "three.json"}));
+  // An even number of runs: the mean of the two middle times.
+  auto two = CombineCalibrations({Slower(1.0), Slower(1.5)}, {"a", "b"});
+  ASSERT_TRUE(two.has_value());
+  EXPECT_NEAR(two->ranks[0].gemm_rate, 10e9 / 1.25, rel * 10e9);
+  // The combined sidecar says what it combined, and the cluster file says it is a median.
+  const auto json = nlohmann::json::parse(CalibrationJson(*combined));
+  EXPECT_EQ(json["combined_from"].size(), 3u);
+  EXPECT_EQ(json["ranks"][0]["gemm_flops_per_second_runs"].size(), 3u);
+  EXPECT_NE(ClusterYaml(*combined, Options(4096), "m").find("the median of 3 calibrations"),
+            std::string::npos);
+}
+
+TEST(CalibrateCombine, RunsOfAnotherJobAreRefused) {
+  Calibration other_seq = Slower(1.0);
+  other_seq.seq_len = 8192;
+  Calibration other_slowdown = Slower(1.0);
+  other_slowdown.ranks[1].slowdown = 2;
+  Calibration other_sizes = Slower(1.0);
+  other_sizes.ranks[2].attention[0].tokens = 256;
+  const std::vector<std::pair<Calibration, std::string>> cases = {
+      {other_seq, "b.json: seq_len = 8192 differs from a.json"},
+      {other_slowdown, "b.json: ranks[1].slowdown = 2 differs from a.json"},
+      {other_sizes, "b.json: ranks[2].attention_curve (other sizes or FLOPs) differs"}};
+  for (const auto& [run, want] : cases) {
+    auto combined = CombineCalibrations({Slower(1.0), run}, {"a.json", "b.json"});
+    ASSERT_FALSE(combined.has_value()) << want;
+    EXPECT_EQ(combined.error().code, ErrorCode::kInvalidArgument);
+    EXPECT_NE(combined.error().message.find(want), std::string::npos) << combined.error().message;
+    EXPECT_NE(combined.error().message.find("rule: --combine takes calibrations of one job"),
+              std::string::npos);
+  }
+}
+
+TEST(CalibrateSidecar, BadFilesAreClearErrors) {
+  auto not_json = ParseCalibrationJson("{ nope", "x.json");
+  ASSERT_FALSE(not_json.has_value());
+  EXPECT_NE(not_json.error().message.find("x.json: not a JSON object"), std::string::npos);
+  nlohmann::json document = nlohmann::json::parse(CalibrationJson(Slower(1.0)));
+  document["format"] = "something/2";
+  auto format = ParseCalibrationJson(document.dump(), "x.json");
+  ASSERT_FALSE(format.has_value());
+  EXPECT_NE(format.error().message.find("x.json: format = \"something/2\": must be "
+                                        "\"hexiseq.calibration/1\""),
+            std::string::npos)
+      << format.error().message;
+  document = nlohmann::json::parse(CalibrationJson(Slower(1.0)));
+  document["ranks"][1]["attention_curve"][0].erase("seconds");
+  auto missing = ParseCalibrationJson(document.dump(), "x.json");
+  ASSERT_FALSE(missing.has_value());
+  EXPECT_NE(missing.error().message.find(
+                "x.json: ranks[1].attention_curve[0].seconds is missing or not a number"),
+            std::string::npos)
+      << missing.error().message;
+  document = nlohmann::json::parse(CalibrationJson(Slower(1.0)));
+  document.erase("host_memory_bytes");  // a sidecar of an older build
+  auto old = ParseCalibrationJson(document.dump(), "x.json");
+  ASSERT_FALSE(old.has_value());
+  EXPECT_NE(old.error().message.find("host_memory_bytes is missing or not a number"),
+            std::string::npos);
+  EXPECT_NE(old.error().message.find("hint: rerun calibrate with this build"), std::string::npos);
+  document = nlohmann::json::parse(CalibrationJson(Slower(1.0)));
+  document["pairs"][0]["ranks"] = {0, 7};  // no rank 7 in a 3-rank calibration
+  auto stray = ParseCalibrationJson(document.dump(), "x.json");
+  ASSERT_FALSE(stray.has_value());
+  EXPECT_NE(stray.error().message.find("x.json: pairs[0].ranks = [0, 7]: must be two different "
+                                       "ranks below num_ranks = 3"),
+            std::string::npos)
+      << stray.error().message;
+  auto absent = ReadCalibrationFile("/nonexistent/x.measurements.json");
+  ASSERT_FALSE(absent.has_value());
+  EXPECT_NE(absent.error().message.find("/nonexistent/x.measurements.json"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace hexiseq::calibrate

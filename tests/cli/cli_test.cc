@@ -60,6 +60,39 @@ TEST(Cli, PlanValidateExplainRoundTrip) {
   EXPECT_NE(r.out.find("bottleneck: rank"), std::string::npos) << r.out;
 }
 
+TEST(Cli, ExplainJsonPredictsThePlanOnTheGivenCluster) {
+  const std::string cluster = Write("c.yaml", kGoodCluster);
+  const std::string plan = TempDir() + "/plan.json";
+  ASSERT_EQ(Hexiseq(PlanArgs(cluster, "--format json -o " + plan)).code, 0);
+  const auto planned = nlohmann::json::parse(std::ifstream(plan));
+  CmdResult r = Hexiseq("explain --plan " + plan + " --cluster " + cluster +
+                        " --model llama3-8b --format json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  const auto same = nlohmann::json::parse(r.out);
+  EXPECT_EQ(same["replicas"], planned["replicas"]);
+  EXPECT_DOUBLE_EQ(same["predicted"]["iteration_seconds"].get<double>(),
+                   planned["predicted"]["iteration_seconds"].get<double>());
+  // The same ranks on slower devices (device and node names dropped, so that they read by rank):
+  // the prediction is the cost model's on the new cluster, slower.
+  auto by_rank = planned;
+  for (auto& replica : by_rank["replicas"])
+    for (auto& group : replica["groups"])
+      for (auto& member : group["members"]) {
+        member.erase("device");
+        member.erase("node");
+      }
+  const std::string renamed = Write("by-rank.json", by_rank.dump());
+  const std::string slower =
+      Write("slower.yaml",
+            "name: a100s\nnodes:\n  - gpu: A100-SXM-80G\n    count: 2\n    gpus_per_node: 4\n"
+            "inter_node: 25 GB/s\n");
+  r = Hexiseq("explain --plan " + renamed + " --cluster " + slower +
+              " --model llama3-8b --format json");
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_GT(nlohmann::json::parse(r.out)["predicted"]["iteration_seconds"].get<double>(),
+            planned["predicted"]["iteration_seconds"].get<double>());
+}
+
 TEST(Cli, BadUsageExitsTwo) {
   CmdResult r = Hexiseq("plan --cluster x.yaml --model llama3-8b");  // --seq missing
   EXPECT_EQ(r.code, 2);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "spec/limits.h"
 #include "spec/units.h"
 
 namespace hexiseq {
@@ -120,19 +121,64 @@ enum LatencyStream : int {
   kSumOutStream = 3,     // dK/dV sums passed on or returned
   kOwnReturnStream = 4,  // the total of the group's own block, back from its chain's end
 };
-struct LatencyKey {
-  int stream = 0, from = 0, to = 0;
-  bool operator==(const LatencyKey&) const = default;
+// The (stream, from, to) keys charged in one scoring: an open-addressing set, emptied in O(1) by
+// moving to a new epoch (a slot holds a key only if its epoch is the current one).
+class LatencySeen {
+ public:
+  void Clear() {
+    size_ = 0;
+    if (++epoch_ != 0) return;
+    std::fill(epochs_.begin(), epochs_.end(), 0);  // the epoch wrapped: forget every slot
+    epoch_ = 1;
+  }
+  // Adds the key; false if it was there.
+  bool Insert(LatencyStream stream, int from, int to) {
+    if (2 * (size_ + 1) > keys_.size()) Grow();
+    const uint64_t key = (static_cast<uint64_t>(stream) << kStreamShift) |
+                         (static_cast<uint64_t>(from) << kRankBits) | static_cast<uint64_t>(to);
+    if (!Place(key)) return false;
+    ++size_;
+    return true;
+  }
+
+ private:
+  static constexpr int kRankBits = 28;  // ranks below 2^28
+  static constexpr int kStreamShift = 2 * kRankBits;
+  static_assert(kMaxRanks <= int64_t{1} << kRankBits);
+  static constexpr size_t kInitialSlots = 64;
+  // Puts `key` in its slot (linear probing); false if it is there already.
+  bool Place(uint64_t key) {
+    const size_t mask = keys_.size() - 1;
+    for (size_t slot = (key * 0x9E3779B97F4A7C15ull) >> 32 & mask;; slot = (slot + 1) & mask) {
+      if (epochs_[slot] != epoch_) {
+        epochs_[slot] = epoch_;
+        keys_[slot] = key;
+        return true;
+      }
+      if (keys_[slot] == key) return false;
+    }
+  }
+  void Grow() {
+    std::vector<uint64_t> live;
+    for (size_t slot = 0; slot < keys_.size(); ++slot)
+      if (epochs_[slot] == epoch_) live.push_back(keys_[slot]);
+    const size_t slots = std::max(kInitialSlots, 2 * keys_.size());
+    keys_.assign(slots, 0);
+    epochs_.assign(slots, 0);
+    for (uint64_t key : live) Place(key);
+  }
+  std::vector<uint64_t> keys_;
+  std::vector<uint32_t> epochs_;
+  uint32_t epoch_ = 1;
+  size_t size_ = 0;
 };
 
 // `messages` x the latency of link from -> to, the first time (stream, from, to) is charged in
 // this scoring (recorded in `seen`); 0 after.
-double LatencyOnce(const Cluster& cluster, std::vector<LatencyKey>& seen, LatencyStream stream,
-                   int from, int to, int messages) {
-  const LatencyKey key{stream, from, to};
-  if (std::find(seen.begin(), seen.end(), key) != seen.end()) return 0.0;
-  seen.push_back(key);
-  return messages * cluster.Latency(from, to);
+double LatencyOnce(const LinkTable& links, LatencySeen& seen, LatencyStream stream, int from,
+                   int to, int messages) {
+  if (!seen.Insert(stream, from, to)) return 0.0;
+  return messages * links.Latency(from, to);
 }
 
 }  // namespace
@@ -156,7 +202,7 @@ struct CostModel::GroupScratch {
   std::vector<double> kv_ports, return_ports;  // [member * kPorts + port] seconds
   std::vector<uint8_t> needs;  // [member * num_kv + kv head]: the member holds a query head of it
   std::vector<int> mine;
-  std::vector<LatencyKey> latency_seen;  // ring (channel, link)s already charged their latency
+  LatencySeen latency_seen;  // ring (stream, link)s already charged their latency
   ChainTraffic traffic;
   std::vector<std::pair<int, std::vector<int>>> peer_primaries;  // (plan group, rank per KV head)
   size_t peers_used = 0;                                         // entries valid this scoring
@@ -164,7 +210,7 @@ struct CostModel::GroupScratch {
 };
 
 CostModel::CostModel(Problem problem, CostConstants constants)
-    : problem_(std::move(problem)), k_(constants) {}
+    : problem_(std::move(problem)), k_(constants), links_(problem_.cluster) {}
 
 CostModel::CostModel(const Cluster& cluster, const ModelSpec& model, const Workload& workload,
                      CostConstants constants)
@@ -189,7 +235,7 @@ double CostModel::KvBytesPerTokenPerKvHead() const {
 
 double CostModel::TransferSeconds(int a, int b, double bytes) const {
   if (bytes <= 0 || a == b) return 0;
-  return problem_.cluster.Latency(a, b) + bytes / problem_.cluster.Bandwidth(a, b);
+  return links_.Latency(a, b) + bytes / links_.Bandwidth(a, b);
 }
 
 double CostModel::GradBucketBytes() const {
@@ -247,12 +293,12 @@ double CostModel::GradSyncPassSeconds(const std::vector<int>& node_ranks) const 
     const int from_gpus = node_ranks[nodes[index]];
     const int to_gpus = node_ranks[nodes[(index + 1) % num_nodes]];
     const int flows_per_receiver = (from_gpus + to_gpus - 1) / to_gpus;
-    const double rate = std::min({problem_.cluster.Bandwidth(from.first_rank, to.first_rank),
+    const double rate = std::min({links_.Bandwidth(from.first_rank, to.first_rank),
                                   problem_.cluster.NicPortBandwidth(to.kind) / flows_per_receiver,
                                   problem_.cluster.NicPortBandwidth(from.kind)});
     const double flow_bytes = bucket / num_nodes / from_gpus;
-    slowest_step = std::max(
-        slowest_step, problem_.cluster.Latency(from.first_rank, to.first_rank) + flow_bytes / rate);
+    slowest_step =
+        std::max(slowest_step, links_.Latency(from.first_rank, to.first_rank) + flow_bytes / rate);
   }
   return intra_seconds + (num_nodes - 1) * slowest_step;
 }
@@ -412,8 +458,8 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
       if (j == r) continue;
       const int peer_rank = group.members[j].rank;
       const bool intra = problem_.cluster.SameNode(rank, peer_rank);
-      const double latency = problem_.cluster.Latency(rank, peer_rank),
-                   bandwidth = problem_.cluster.Bandwidth(rank, peer_rank);
+      const double latency = links_.Latency(rank, peer_rank),
+                   bandwidth = links_.Bandwidth(rank, peer_rank);
       if (!scratch.pair_links.empty())
         scratch.pair_links[r * num_members + j] = {
             bytes_of(true, r, j) / bandwidth, bytes_of(false, r, j) / bandwidth, latency, intra};
@@ -612,9 +658,9 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
   chains.Traffic(group_index, traffic);
   const int64_t kv_in = traffic.kv_in();
   const double per_token = KvBytesPerTokenPerKvHead();
-  scratch.latency_seen.clear();
+  scratch.latency_seen.Clear();
   auto link_latency = [&](int a, int b, int blocks) {
-    return LatencyOnce(problem_.cluster, scratch.latency_seen, kKvStream, a, b, blocks);
+    return LatencyOnce(links_, scratch.latency_seen, kKvStream, a, b, blocks);
   };
   int visiting = 0;  // blocks that visit the group: each is one message to each replica
   for (const PeerTraffic& peer : traffic.kv_from) visiting += peer.blocks;
@@ -625,12 +671,12 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
     for (const PeerTraffic& peer : traffic.kv_from) {
       const int before = PeerPrimary(plan, peer.group, kv_head, scratch);
       if (before < 0 || before == mine) continue;
-      const double bandwidth = problem_.cluster.Bandwidth(before, mine);
+      const double bandwidth = links_.Bandwidth(before, mine);
       ChargePorts(problem_.cluster, kv_ports, -1, primary, before, mine,
                   link_latency(before, mine, peer.blocks) + peer.tokens * per_token / bandwidth);
       if (peer.group == ring.prev) {
         ring_chain[primary] += per_token / bandwidth;
-        out.chain_latency = std::max(out.chain_latency, problem_.cluster.Latency(before, mine));
+        out.chain_latency = std::max(out.chain_latency, links_.Latency(before, mine));
       }
     }
     for (const PeerTraffic& peer : traffic.kv_to) {
@@ -638,14 +684,14 @@ void CostModel::RingPortTimes(const Plan& plan, int group_index, const RingConte
       if (after < 0 || after == mine) continue;
       ChargePorts(problem_.cluster, kv_ports, primary, -1, mine, after,
                   link_latency(mine, after, peer.blocks) +
-                      peer.tokens * per_token / problem_.cluster.Bandwidth(mine, after));
+                      peer.tokens * per_token / links_.Bandwidth(mine, after));
     }
     // Replicas: other members needing KV head `kv_head` get it from the primary over group links.
     for (size_t i = 0; i < num_members; ++i) {
       if (static_cast<int>(i) == primary) continue;
       if (!needs[i * num_kv + kv_head] || kv_in == 0) continue;
       const int replica = group.members[i].rank;
-      const double copy = per_token / problem_.cluster.Bandwidth(mine, replica);
+      const double copy = per_token / links_.Bandwidth(mine, replica);
       ChargePorts(problem_.cluster, kv_ports, primary, static_cast<int>(i), mine, replica,
                   link_latency(mine, replica, visiting) + kv_in * copy);
       replica_copy[i] += copy;
@@ -671,8 +717,8 @@ void CostModel::DkvSumTimes(const Plan& plan, int group_index, int kv_head,
                     int64_t tokens, int blocks) {
     if (tokens <= 0 || from < 0 || to < 0 || from == to) return;
     ChargePorts(problem_.cluster, ports, sender, receiver, from, to,
-                LatencyOnce(problem_.cluster, scratch.latency_seen, stream, from, to, blocks) +
-                    tokens * per_token / problem_.cluster.Bandwidth(from, to));
+                LatencyOnce(links_, scratch.latency_seen, stream, from, to, blocks) +
+                    tokens * per_token / links_.Bandwidth(from, to));
   };
   const int64_t kv_in = traffic.kv_in();
   int visiting = 0;
@@ -887,10 +933,10 @@ std::pair<double, double> CostModel::HopSecondsPerToken(const int* from_primarie
   for (int kv = 0; kv < problem_.model.kv_heads; ++kv) {
     const int from = from_primaries[kv], to = to_primaries[kv];
     if (from < 0 || to < 0 || from == to) continue;
-    const double seconds = per_token / problem_.cluster.Bandwidth(from, to);
+    const double seconds = per_token / links_.Bandwidth(from, to);
     add(sends, from, seconds);
     add(receives, to, seconds);
-    latency = std::max(latency, problem_.cluster.Latency(from, to));
+    latency = std::max(latency, links_.Latency(from, to));
   }
   double slowest = 0;
   for (const auto& port : sends) slowest = std::max(slowest, port.second);

@@ -365,6 +365,7 @@ class CostModel {
 
   Problem problem_;
   CostConstants k_;
+  LinkTable links_;  // problem_.cluster's links, for the inner loops
   struct HashMemo {
     std::once_flag once;
     std::string value;

@@ -11,6 +11,10 @@ namespace hexiseq {
 // does not depend on `threads` when each task writes only its own output slot.
 void ParallelFor(int threads, size_t count, const std::function<void(size_t)>& task);
 
+// Sets malloc's heap growth step for a process that plans on several threads (once; ParallelFor
+// calls it before it starts threads; call it before starting others).
+void PrepareHeapsForThreads();
+
 // The planner's default thread count: the machine's hardware threads, at most
 // kMaxDefaultPlannerThreads (the planner's parallel phases have few tasks), at least 1.
 constexpr int kMaxDefaultPlannerThreads = 8;

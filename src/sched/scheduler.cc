@@ -1062,7 +1062,10 @@ Result<StrategyResult> ScheduleWithBaselines(const Problem& problem, const Sched
   ReplicaOutcome replicas;
   const auto search_replicas = [&] { replicas = SearchReplicas(model, options, options.deadline); };
   std::thread helper;
-  if (options.threads > 1) helper = std::thread(search_replicas);
+  if (options.threads > 1) {
+    PrepareHeapsForThreads();
+    helper = std::thread(search_replicas);
+  }
   SchedulerRun run(model, options, false, true);
   run.Report(0);
   run.ScoreBaselines(baselines);

@@ -358,20 +358,46 @@ double Cluster::Bandwidth(int a, int b) const {
                                          : kinds[rank_a.kind].intra_node_bytes_per_second;
   }
   if (rank_a.node == rank_b.node) return kinds[rank_a.kind].intra_node_bytes_per_second;
+  return InterNodeBandwidth(links, rank_a.kind, rank_b.kind,
+                            kinds[rank_a.kind].nic_bytes_per_second,
+                            kinds[rank_b.kind].nic_bytes_per_second);
+}
+
+double InterNodeBandwidth(const std::vector<LinkOverride>& links, int kind_a, int kind_b,
+                          double nic_a, double nic_b) {
   // The last matching override wins, so a later `links:` entry refines an earlier one.
   for (auto link = links.rbegin(); link != links.rend(); ++link) {
-    if ((link->kind_a == rank_a.kind && link->kind_b == rank_b.kind) ||
-        (link->kind_a == rank_b.kind && link->kind_b == rank_a.kind)) {
+    if ((link->kind_a == kind_a && link->kind_b == kind_b) ||
+        (link->kind_a == kind_b && link->kind_b == kind_a)) {
       return link->bytes_per_second;
     }
   }
-  return std::min(kinds[rank_a.kind].nic_bytes_per_second, kinds[rank_b.kind].nic_bytes_per_second);
+  return std::min(nic_a, nic_b);
 }
 
 double Cluster::Latency(int a, int b) const {
   if (a == b) return 0;
   if (ranks[a].node == ranks[b].node) return kinds[ranks[a].kind].latency_seconds;
   return inter_node_latency_seconds;
+}
+
+LinkTable::LinkTable(const Cluster& cluster)
+    : num_kinds_(static_cast<int>(cluster.kinds.size())),
+      links_(cluster.links),
+      inter_latency_(cluster.inter_node_latency_seconds) {
+  for (const RankInfo& rank : cluster.ranks) places_.push_back({rank.node, rank.kind});
+  local_.assign(num_kinds_, 0.0);
+  for (const NodeInfo& node : cluster.nodes)
+    local_[node.kind] = cluster.Bandwidth(node.first_rank, node.first_rank);
+  for (const NodeKind& kind : cluster.kinds) {
+    intra_.push_back(kind.intra_node_bytes_per_second);
+    intra_latency_.push_back(kind.latency_seconds);
+    nic_.push_back(kind.nic_bytes_per_second);
+  }
+  if (num_kinds_ > kPairTableKinds) return;
+  for (int kind = 0; kind < num_kinds_; ++kind)
+    for (int other = 0; other < num_kinds_; ++other)
+      inter_.push_back(InterNodeBandwidth(links_, kind, other, nic_[kind], nic_[other]));
 }
 
 double Cluster::NicPortBandwidth(int kind) const {

@@ -71,6 +71,48 @@ struct Cluster {
   bool operator==(const Cluster&) const = default;
 };
 
+// Per-direction bytes/s between GPUs of node kinds a and b on different nodes: the last of
+// `links` that matches the pair, else the slower of their NICs.
+double InterNodeBandwidth(const std::vector<LinkOverride>& links, int kind_a, int kind_b,
+                          double nic_a, double nic_b);
+
+// Cluster::Bandwidth and Cluster::Latency as tables by node kind, for lookups in inner loops
+// (a snapshot: rebuild after editing the cluster).
+class LinkTable {
+ public:
+  LinkTable() = default;
+  explicit LinkTable(const Cluster& cluster);
+  double Bandwidth(int a, int b) const {
+    const Place& from = places_[a];
+    const Place& to = places_[b];
+    if (a == b) return local_[from.kind];
+    if (from.node == to.node) return intra_[from.kind];
+    if (inter_.empty())
+      return InterNodeBandwidth(links_, from.kind, to.kind, nic_[from.kind], nic_[to.kind]);
+    return inter_[from.kind * num_kinds_ + to.kind];
+  }
+  double Latency(int a, int b) const {
+    if (a == b) return 0;
+    const Place& from = places_[a];
+    if (from.node == places_[b].node) return intra_latency_[from.kind];
+    return inter_latency_;
+  }
+
+ private:
+  struct Place {
+    int node = 0, kind = 0;
+  };
+  // Clusters of at most this many node kinds get the table of every kind pair (kinds^2 entries);
+  // larger ones look their link overrides up per call.
+  static constexpr int kPairTableKinds = 64;
+  std::vector<Place> places_;  // per rank
+  int num_kinds_ = 0;
+  std::vector<double> local_, intra_, intra_latency_, nic_;  // per kind
+  std::vector<double> inter_;  // [kind a * kinds + kind b], or empty beyond kPairTableKinds
+  std::vector<LinkOverride> links_;
+  double inter_latency_ = 0;
+};
+
 // Parses a cluster file (YAML; JSON is YAML). Errors name the file, the field path, the value,
 // the rule and a hint; YAML syntax errors give line and column. Adjacent identical entries of
 // `nodes:` that no `links:` entry names become one kind (counts added; rank numbering unchanged).

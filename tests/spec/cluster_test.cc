@@ -116,6 +116,46 @@ TEST(ClusterTest, BandwidthSameNodeNicMinimumAndOverrides) {
   EXPECT_GT(cluster->Bandwidth(3, 3), 0);
 }
 
+// The cost model's lookup tables give Cluster::Bandwidth and Cluster::Latency for every pair,
+// overrides, the same node and a rank to itself included.
+TEST(ClusterTest, LinkTableMatchesTheClusterForEveryPair) {
+  auto cluster = Parse(
+      "nodes:\n"
+      "  - {gpu: H100-SXM, count: 2, gpus_per_node: 2, intra_node: 450 GB/s, latency: 3 us}\n"
+      "  - {gpu: A100-SXM-80G, count: 1, gpus_per_node: 2}\n"
+      "  - {gpu: L40S, count: 2, gpus_per_node: 1}\n"
+      "inter_node_latency: 9 us\n"
+      "links:\n"
+      "  - {between: [H100-SXM, L40S], bandwidth: 2 GB/s}\n"
+      "  - {between: [L40S, L40S], bandwidth: 1 GB/s}\n"
+      "  - {between: [l40s, h100-sxm], bandwidth: 3 GB/s}\n");
+  ASSERT_TRUE(cluster) << cluster.error().message;
+  const LinkTable table(*cluster);
+  for (int a = 0; a < cluster->num_ranks(); ++a)
+    for (int b = 0; b < cluster->num_ranks(); ++b) {
+      EXPECT_EQ(table.Bandwidth(a, b), cluster->Bandwidth(a, b)) << a << " -> " << b;
+      EXPECT_EQ(table.Latency(a, b), cluster->Latency(a, b)) << a << " -> " << b;
+    }
+  EXPECT_EQ(table.Bandwidth(6, 7), 1e9);  // the L40S pair override
+  EXPECT_EQ(table.Bandwidth(0, 6), 3e9);  // the later H100 - L40S override
+
+  // Beyond the pair table's kinds the overrides are looked up per call.
+  std::string many = "nodes:\n";
+  constexpr int kKinds = 70;
+  for (int kind = 0; kind < kKinds; ++kind)
+    many += "  - {name: k" + std::to_string(kind) + ", gpu: " + (kind % 2 ? "L40S" : "H100-SXM") +
+            ", count: 1, gpus_per_node: 1}\n";
+  many += "links:\n  - {between: [k3, k68], bandwidth: 1 GB/s}\n";
+  auto wide = Parse(many);
+  ASSERT_TRUE(wide) << wide.error().message;
+  ASSERT_EQ(static_cast<int>(wide->kinds.size()), kKinds);
+  const LinkTable wide_table(*wide);
+  for (int a = 0; a < wide->num_ranks(); ++a)
+    for (int b = 0; b < wide->num_ranks(); ++b)
+      ASSERT_EQ(wide_table.Bandwidth(a, b), wide->Bandwidth(a, b)) << a << " -> " << b;
+  EXPECT_EQ(wide_table.Bandwidth(68, 3), 1e9);
+}
+
 TEST(ClusterTest, LinksCanNameANodeKindAndTheSameKind) {
   auto cluster = Parse(
       "nodes:\n"

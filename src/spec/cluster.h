@@ -80,7 +80,6 @@ double InterNodeBandwidth(const std::vector<LinkOverride>& links, int kind_a, in
 // (a snapshot: rebuild after editing the cluster).
 class LinkTable {
  public:
-  LinkTable() = default;
   explicit LinkTable(const Cluster& cluster);
   double Bandwidth(int a, int b) const {
     const Place& from = places_[a];

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "calibrate/calibrate_internal.h"
+#include "runtime/mpi_comm.h"
 #include "runtime/slowdown.h"
 #include "runtime/str_cat.h"
 
@@ -185,11 +186,16 @@ Result<Calibration> RunCalibration(runtime::Comm& world, const CalibrateOptions&
       calibration.slowdown_padding = runtime::PadModeName(runtime::CurrentPadMode());
   }
   const int64_t block_bytes = internal::KvBlockBytes(options.model, calibration.even_shard_tokens);
+  // The links are timed with spinning waits whatever --comm-wait says: a sleeping wait adds its
+  // wake-up to a message's time, which is the waiting rank's, not the link's.
+  const runtime::WaitMode wait_mode = runtime::CurrentWaitMode();
+  runtime::SetWaitMode(runtime::WaitMode::kSpin);
   calibration.pairs = internal::MeasurePairs(world, block_bytes);
+  calibration.all_to_all = internal::MeasureAllToAll(world, calibration.pairs, block_bytes);
+  runtime::SetWaitMode(wait_mode);
   if (auto checked = internal::CheckMeasured(calibration.ranks, calibration.pairs); !checked) {
     return std::unexpected(checked.error());
   }
-  calibration.all_to_all = internal::MeasureAllToAll(world, calibration.pairs, block_bytes);
   return calibration;
 }
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "runtime/link_delay.h"
+#include "runtime/mpi_comm.h"
 #include "runtime/slowdown.h"
 
 namespace hexiseq::cli {
@@ -21,10 +22,32 @@ void AddEmulationOptions(CLI::App* cmd, EmulationFlags& flags, const std::string
                   "A-B=NS[,...]: emulate slow links; every byte between ranks A and B takes NS "
                   "nanoseconds longer, both ways (docs/measured.md)")
       ->check(CLI::Validator(runtime::LinkSlowdownSyntaxError, "A-B=NS[,...]", "link-slowdown"));
+  cmd->add_option("--comm-wait", flags.comm_wait,
+                  "How communication waits: spin (MPI's busy polling), sleep (poll, then sleep "
+                  "between polls: frees the core) or auto (sleep when ranks share CPUs); "
+                  "default spin (docs/measured.md)")
+      ->check(CLI::IsMember({"auto", "spin", "sleep"}));
 }
+
+namespace {
+
+// Sets the communication wait mode from --comm-wait (collective over `world` for auto).
+Result<void> ApplyWaitMode(const std::string& requested, runtime::Comm& world) {
+  auto sleeping = runtime::ChoosePadMode(world, requested, "--comm-wait");
+  if (!sleeping) return std::unexpected(sleeping.error());
+  const bool sleep = *sleeping == runtime::PadMode::kSleep;
+  runtime::SetWaitMode(sleep ? runtime::WaitMode::kSleep : runtime::WaitMode::kSpin);
+  if (sleep && world.rank() == 0)
+    std::fprintf(stderr, "communication: waiting by sleeping (--comm-wait %s)\n",
+                 requested.c_str());
+  return {};
+}
+
+}  // namespace
 
 Result<void> ApplyEmulation(const EmulationFlags& flags, std::unique_ptr<runtime::Comm>& world) {
   const int rank = world->rank(), size = world->size();
+  if (auto waiting = ApplyWaitMode(flags.comm_wait, *world); !waiting) return waiting;
   if (!flags.slowdown.empty()) {
     if (auto slowed = runtime::ApplySlowdown(flags.slowdown, rank, size); !slowed) return slowed;
     auto mode = runtime::ChoosePadMode(*world, flags.pad);

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <thread>
 #include <vector>
 
 #include "spec/error.h"
@@ -45,6 +46,52 @@ class BlockingCall {
   BlockingCall(const BlockingCall&) = delete;
   BlockingCall& operator=(const BlockingCall&) = delete;
 };
+
+std::atomic<WaitMode> g_wait_mode{WaitMode::kSpin};
+// A sleeping wait polls this long before its first sleep (a message due soon costs no wake-up),
+// then sleeps this long between polls.
+constexpr auto kPollBeforeSleeping = std::chrono::microseconds(50);
+constexpr auto kSleepBetweenPolls = std::chrono::microseconds(50);
+
+// Polls `done` until it returns true, sleeping between polls after kPollBeforeSleeping.
+template <class Done>
+void PollUntil(const Done& done) {
+  const auto start = std::chrono::steady_clock::now();
+  while (!done()) {
+    if (std::chrono::steady_clock::now() - start >= kPollBeforeSleeping)
+      std::this_thread::sleep_for(kSleepBetweenPolls);
+  }
+}
+
+// MPI_Waitall in the process's wait mode.
+void CompleteAll(int count, MPI_Request* handles) {
+  if (g_wait_mode.load(std::memory_order_relaxed) == WaitMode::kSpin) {
+    MPI_Waitall(count, handles, MPI_STATUSES_IGNORE);
+    return;
+  }
+  PollUntil([&] {
+    int done = 0;
+    MPI_Testall(count, handles, &done, MPI_STATUSES_IGNORE);
+    return done != 0;
+  });
+}
+
+// MPI_Waitany in the process's wait mode: the index completed, MPI_UNDEFINED when none is active.
+int CompleteAny(int count, MPI_Request* handles) {
+  int which = MPI_UNDEFINED;
+  if (g_wait_mode.load(std::memory_order_relaxed) == WaitMode::kSpin) {
+    MPI_Waitany(count, handles, &which, MPI_STATUS_IGNORE);
+    return which;
+  }
+  PollUntil([&] {
+    int flag = 0;
+    MPI_Testany(count, handles, &which, &flag, MPI_STATUS_IGNORE);
+    return flag != 0;
+  });
+  return which;
+}
+
+bool Sleeping() { return g_wait_mode.load(std::memory_order_relaxed) == WaitMode::kSleep; }
 
 int CheckedInt(size_t value) {
   HEXISEQ_CHECK(value <= static_cast<size_t>(INT_MAX), "MPI message larger than INT_MAX");
@@ -83,7 +130,7 @@ class MpiComm final : public Comm {
   void Wait(Request& request) override {
     if (request.done()) return;
     const BlockingCall call;
-    MPI_Wait(&static_cast<MpiRequest&>(request).handle, MPI_STATUS_IGNORE);
+    CompleteAll(1, &static_cast<MpiRequest&>(request).handle);
     MarkDone(request);
   }
   size_t WaitAny(std::span<Request* const> requests) override {
@@ -97,8 +144,7 @@ class MpiComm final : public Comm {
     }
     HEXISEQ_CHECK(!handles.empty(), "WaitAny called without an incomplete request");
     const BlockingCall call;
-    int which = MPI_UNDEFINED;
-    MPI_Waitany(static_cast<int>(handles.size()), handles.data(), &which, MPI_STATUS_IGNORE);
+    const int which = CompleteAny(static_cast<int>(handles.size()), handles.data());
     HEXISEQ_CHECK(which != MPI_UNDEFINED, "MPI_Waitany found no active request");
     Request* done = requests[owners[which]];
     static_cast<MpiRequest*>(done)->handle = MPI_REQUEST_NULL;
@@ -132,8 +178,15 @@ class MpiComm final : public Comm {
       std::vector<int> sd(send_displs.begin(), send_displs.end());
       std::vector<int> rc(recv_counts.begin(), recv_counts.end());
       std::vector<int> rd(recv_displs.begin(), recv_displs.end());
-      MPI_Alltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(), MPI_FLOAT,
-                    comm_);
+      if (!Sleeping()) {
+        MPI_Alltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(), MPI_FLOAT,
+                      comm_);
+        return;
+      }
+      MPI_Request handle = MPI_REQUEST_NULL;
+      MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(), MPI_FLOAT,
+                     comm_, &handle);
+      CompleteAll(1, &handle);
       return;
     }
     // Chunked point-to-point on a private duplicate (never matches user messages).
@@ -156,16 +209,16 @@ class MpiComm final : public Comm {
                   0, side_, &handles.back());
       }
     }
-    MPI_Waitall(static_cast<int>(handles.size()), handles.data(), MPI_STATUSES_IGNORE);
+    CompleteAll(static_cast<int>(handles.size()), handles.data());
   }
 
   void AllreduceSum(std::span<double> data) override {
     const BlockingCall call;
-    MPI_Allreduce(MPI_IN_PLACE, data.data(), CheckedInt(data.size()), MPI_DOUBLE, MPI_SUM, comm_);
+    Allreduce(data.data(), CheckedInt(data.size()), MPI_DOUBLE);
   }
   void AllreduceSum(std::span<float> data) override {
     const BlockingCall call;
-    MPI_Allreduce(MPI_IN_PLACE, data.data(), CheckedInt(data.size()), MPI_FLOAT, MPI_SUM, comm_);
+    Allreduce(data.data(), CheckedInt(data.size()), MPI_FLOAT);
   }
   RequestPtr IallreduceSum(std::span<float> data) override {
     auto request = std::make_unique<MpiRequest>();
@@ -175,11 +228,24 @@ class MpiComm final : public Comm {
   }
   void Allgather(const void* send, size_t bytes, void* recv) override {
     const BlockingCall call;
-    MPI_Allgather(send, CheckedInt(bytes), MPI_BYTE, recv, CheckedInt(bytes), MPI_BYTE, comm_);
+    if (!Sleeping()) {
+      MPI_Allgather(send, CheckedInt(bytes), MPI_BYTE, recv, CheckedInt(bytes), MPI_BYTE, comm_);
+      return;
+    }
+    MPI_Request handle = MPI_REQUEST_NULL;
+    MPI_Iallgather(send, CheckedInt(bytes), MPI_BYTE, recv, CheckedInt(bytes), MPI_BYTE, comm_,
+                   &handle);
+    CompleteAll(1, &handle);
   }
   void Barrier() override {
     const BlockingCall call;
-    MPI_Barrier(comm_);
+    if (!Sleeping()) {
+      MPI_Barrier(comm_);
+      return;
+    }
+    MPI_Request handle = MPI_REQUEST_NULL;
+    MPI_Ibarrier(comm_, &handle);
+    CompleteAll(1, &handle);
   }
 
   std::unique_ptr<Comm> Split(int color, int key) override {
@@ -190,6 +256,17 @@ class MpiComm final : public Comm {
   }
 
  private:
+  // In-place sum over the communicator, in the process's wait mode.
+  void Allreduce(void* data, int count, MPI_Datatype type) {
+    if (!Sleeping()) {
+      MPI_Allreduce(MPI_IN_PLACE, data, count, type, MPI_SUM, comm_);
+      return;
+    }
+    MPI_Request handle = MPI_REQUEST_NULL;
+    MPI_Iallreduce(MPI_IN_PLACE, data, count, type, MPI_SUM, comm_, &handle);
+    CompleteAll(1, &handle);
+  }
+
   MPI_Comm comm_;
   MPI_Comm side_ = MPI_COMM_NULL;
   int rank_ = 0;
@@ -214,6 +291,9 @@ MpiSession::~MpiSession() {
   MPI_Finalized(&finalized);
   if (finalize_ && !finalized) MPI_Finalize();
 }
+
+void SetWaitMode(WaitMode mode) { g_wait_mode.store(mode); }
+WaitMode CurrentWaitMode() { return g_wait_mode.load(); }
 
 std::unique_ptr<Comm> MpiWorldComm() {
   MPI_Comm dup = MPI_COMM_NULL;

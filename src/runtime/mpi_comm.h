@@ -28,6 +28,15 @@ class MpiSession {
   bool finalize_ = false;
 };
 
+// How this process's blocking communication calls wait. kSpin: as MPI does (OpenMPI busy-polls;
+// the lowest latency). kSleep: polls for 50 us, then sleeps 50 us between polls (collectives run
+// as their non-blocking forms), so that a waiting rank frees its core for ranks that share it: a
+// polling rank takes time slices from a computing one, which a separate device does not. The
+// default is kSpin; `--comm-wait` (train, attn-check, calibrate) sets it.
+enum class WaitMode { kSpin, kSleep };
+void SetWaitMode(WaitMode mode);
+WaitMode CurrentWaitMode();
+
 // A duplicate of MPI_COMM_WORLD (so the runtime's messages never mix with the application's).
 // REQUIRES: MPI is initialized.
 std::unique_ptr<Comm> MpiWorldComm();

@@ -19,10 +19,10 @@ def run(cmd):
     return result.stdout
 
 
-def losses(mpirun, np, binary, plan, args):
+def losses(mpirun, np, binary, plan, args, extra=()):
     out = run(mpirun + ["-np", str(np), binary, "train", "--plan", plan, "--model", args.model,
                         "--data", args.data, "--steps", str(args.steps), "--format", "json",
-                        "--lr", "3e-3", "--warmup", "3"])
+                        "--lr", "3e-3", "--warmup", "3", *extra])
     return [json.loads(line)["loss"] for line in out.splitlines() if line.startswith("{")]
 
 
@@ -33,6 +33,7 @@ def main():
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--data", default="synthetic:recall")
+    parser.add_argument("--comm-wait", default="spin", help="train --comm-wait of the N-rank run")
     args = parser.parse_args()
     mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -52,7 +53,8 @@ def main():
         with open(single_path, "w") as f:
             json.dump(single, f)
         reference = losses(mpirun, 1, args.bin, single_path, args)
-        distributed = losses(mpirun, plan["num_ranks"], args.bin, plan_path, args)
+        distributed = losses(mpirun, plan["num_ranks"], args.bin, plan_path, args,
+                             ["--comm-wait", args.comm_wait])
     ok = len(reference) == len(distributed) == args.steps
     worst = 0.0
     for step, (a, b) in enumerate(zip(distributed, reference)):

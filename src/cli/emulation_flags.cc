@@ -33,9 +33,10 @@ namespace {
 
 // Sets the communication wait mode from --comm-wait (collective over `world` for auto).
 Result<void> ApplyWaitMode(const std::string& requested, runtime::Comm& world) {
-  auto sleeping = runtime::ChoosePadMode(world, requested, "--comm-wait");
-  if (!sleeping) return std::unexpected(sleeping.error());
-  const bool sleep = *sleeping == runtime::PadMode::kSleep;
+  // --slowdown-pad's rule: spin, sleep, or auto (sleep when ranks share CPUs).
+  auto mode = runtime::ChoosePadMode(world, requested, "--comm-wait");
+  if (!mode) return std::unexpected(mode.error());
+  const bool sleep = *mode == runtime::PadMode::kSleep;
   runtime::SetWaitMode(sleep ? runtime::WaitMode::kSleep : runtime::WaitMode::kSpin);
   if (sleep && world.rank() == 0)
     std::fprintf(stderr, "communication: waiting by sleeping (--comm-wait %s)\n",

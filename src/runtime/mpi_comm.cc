@@ -53,6 +53,8 @@ std::atomic<WaitMode> g_wait_mode{WaitMode::kSpin};
 constexpr auto kPollBeforeSleeping = std::chrono::microseconds(50);
 constexpr auto kSleepBetweenPolls = std::chrono::microseconds(50);
 
+bool Sleeping() { return g_wait_mode.load(std::memory_order_relaxed) == WaitMode::kSleep; }
+
 // Polls `done` until it returns true, sleeping between polls after kPollBeforeSleeping.
 template <class Done>
 void PollUntil(const Done& done) {
@@ -65,7 +67,7 @@ void PollUntil(const Done& done) {
 
 // MPI_Waitall in the process's wait mode.
 void CompleteAll(int count, MPI_Request* handles) {
-  if (g_wait_mode.load(std::memory_order_relaxed) == WaitMode::kSpin) {
+  if (!Sleeping()) {
     MPI_Waitall(count, handles, MPI_STATUSES_IGNORE);
     return;
   }
@@ -79,7 +81,7 @@ void CompleteAll(int count, MPI_Request* handles) {
 // MPI_Waitany in the process's wait mode: the index completed, MPI_UNDEFINED when none is active.
 int CompleteAny(int count, MPI_Request* handles) {
   int which = MPI_UNDEFINED;
-  if (g_wait_mode.load(std::memory_order_relaxed) == WaitMode::kSpin) {
+  if (!Sleeping()) {
     MPI_Waitany(count, handles, &which, MPI_STATUS_IGNORE);
     return which;
   }
@@ -91,7 +93,18 @@ int CompleteAny(int count, MPI_Request* handles) {
   return which;
 }
 
-bool Sleeping() { return g_wait_mode.load(std::memory_order_relaxed) == WaitMode::kSleep; }
+// A collective in the process's wait mode: `blocking` (MPI's own call) when spinning; otherwise
+// `start(&handle)` (its non-blocking form) and a sleeping wait.
+template <class Blocking, class Start>
+void Collective(const Blocking& blocking, const Start& start) {
+  if (!Sleeping()) {
+    blocking();
+    return;
+  }
+  MPI_Request handle = MPI_REQUEST_NULL;
+  start(&handle);
+  CompleteAll(1, &handle);
+}
 
 int CheckedInt(size_t value) {
   HEXISEQ_CHECK(value <= static_cast<size_t>(INT_MAX), "MPI message larger than INT_MAX");
@@ -178,15 +191,15 @@ class MpiComm final : public Comm {
       std::vector<int> sd(send_displs.begin(), send_displs.end());
       std::vector<int> rc(recv_counts.begin(), recv_counts.end());
       std::vector<int> rd(recv_displs.begin(), recv_displs.end());
-      if (!Sleeping()) {
-        MPI_Alltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(), MPI_FLOAT,
-                      comm_);
-        return;
-      }
-      MPI_Request handle = MPI_REQUEST_NULL;
-      MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(), MPI_FLOAT,
-                     comm_, &handle);
-      CompleteAll(1, &handle);
+      Collective(
+          [&] {
+            MPI_Alltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(),
+                          MPI_FLOAT, comm_);
+          },
+          [&](MPI_Request* handle) {
+            MPI_Ialltoallv(send, sc.data(), sd.data(), MPI_FLOAT, recv, rc.data(), rd.data(),
+                           MPI_FLOAT, comm_, handle);
+          });
       return;
     }
     // Chunked point-to-point on a private duplicate (never matches user messages).
@@ -228,24 +241,16 @@ class MpiComm final : public Comm {
   }
   void Allgather(const void* send, size_t bytes, void* recv) override {
     const BlockingCall call;
-    if (!Sleeping()) {
-      MPI_Allgather(send, CheckedInt(bytes), MPI_BYTE, recv, CheckedInt(bytes), MPI_BYTE, comm_);
-      return;
-    }
-    MPI_Request handle = MPI_REQUEST_NULL;
-    MPI_Iallgather(send, CheckedInt(bytes), MPI_BYTE, recv, CheckedInt(bytes), MPI_BYTE, comm_,
-                   &handle);
-    CompleteAll(1, &handle);
+    const int count = CheckedInt(bytes);
+    Collective([&] { MPI_Allgather(send, count, MPI_BYTE, recv, count, MPI_BYTE, comm_); },
+               [&](MPI_Request* handle) {
+                 MPI_Iallgather(send, count, MPI_BYTE, recv, count, MPI_BYTE, comm_, handle);
+               });
   }
   void Barrier() override {
     const BlockingCall call;
-    if (!Sleeping()) {
-      MPI_Barrier(comm_);
-      return;
-    }
-    MPI_Request handle = MPI_REQUEST_NULL;
-    MPI_Ibarrier(comm_, &handle);
-    CompleteAll(1, &handle);
+    Collective([&] { MPI_Barrier(comm_); },
+               [&](MPI_Request* handle) { MPI_Ibarrier(comm_, handle); });
   }
 
   std::unique_ptr<Comm> Split(int color, int key) override {
@@ -258,13 +263,10 @@ class MpiComm final : public Comm {
  private:
   // In-place sum over the communicator, in the process's wait mode.
   void Allreduce(void* data, int count, MPI_Datatype type) {
-    if (!Sleeping()) {
-      MPI_Allreduce(MPI_IN_PLACE, data, count, type, MPI_SUM, comm_);
-      return;
-    }
-    MPI_Request handle = MPI_REQUEST_NULL;
-    MPI_Iallreduce(MPI_IN_PLACE, data, count, type, MPI_SUM, comm_, &handle);
-    CompleteAll(1, &handle);
+    Collective([&] { MPI_Allreduce(MPI_IN_PLACE, data, count, type, MPI_SUM, comm_); },
+               [&](MPI_Request* handle) {
+                 MPI_Iallreduce(MPI_IN_PLACE, data, count, type, MPI_SUM, comm_, handle);
+               });
   }
 
   MPI_Comm comm_;

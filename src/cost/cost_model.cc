@@ -1091,11 +1091,13 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
   cost.head_seconds = problem_.workload.batch * head;
 
   // Gradient synchronization over the participating ranks (weights are replicated across CP
-  // and HP), overlapped with the iteration's compute except for the last bucket.
+  // and HP), overlapped with the compute of its window except for the last bucket.
   const double busy =
       cost.local_seconds + cost.ring_seconds + cost.recompute_seconds + cost.head_seconds;
   const double rounds = problem_.workload.zero_stage >= 3 ? problem_.workload.batch : 1.0;
-  cost.grad_sync_seconds = ExposedGradSync(plan, busy, rounds);
+  cost.sync_window_seconds =
+      SyncWindowSeconds(busy, problem_.model.layers * (local_bwd + ring_bwd + recompute));
+  cost.grad_sync_seconds = ExposedGradSync(plan, cost.sync_window_seconds, rounds);
   cost.iteration_seconds = busy + cost.grad_sync_seconds;
   cost.replica_busy_seconds = {busy};
   cost.tokens_per_second = problem_.workload.batch *
@@ -1109,9 +1111,14 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
   return cost;
 }
 
-double CostModel::ExposedGradSync(const Plan& plan, double busy_seconds, double rounds) const {
+double CostModel::ExposedGradSync(const Plan& plan, double window_seconds, double rounds) const {
   const double bucket = GradSyncBucketSeconds(plan);
-  return ExposedSyncSeconds(bucket, rounds * problem_.model.layers * bucket, busy_seconds);
+  return ExposedSyncSeconds(bucket, rounds * problem_.model.layers * bucket, window_seconds);
+}
+
+double CostModel::SyncWindowSeconds(double busy_seconds, double backward_seconds) const {
+  if (problem_.workload.zero_stage >= 3) return busy_seconds;
+  return std::min(busy_seconds, backward_seconds);
 }
 
 double CostModel::GradSyncBucketSeconds(const Plan& plan) const {
@@ -1230,7 +1237,7 @@ PlanCost CostModel::CombineReplicas(const Plan& plan, const std::vector<PlanCost
     cost.infeasible_reason = "replica " + std::to_string(replica) + ": " + part.infeasible_reason;
   }
   for (int rank : plan.left_out) cost.ranks[rank] = RankCost{.rank = rank};
-  cost.grad_sync_seconds = ExposedGradSync(plan, slowest_busy, SyncRounds(plan));
+  cost.grad_sync_seconds = ExposedGradSync(plan, cost.sync_window_seconds, SyncRounds(plan));
   for (const std::vector<int>& ranks : members)
     for (int rank : ranks) cost.ranks[rank].grad_sync_seconds = cost.grad_sync_seconds;
   cost.iteration_seconds = slowest_busy + cost.grad_sync_seconds;

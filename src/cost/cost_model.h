@@ -19,10 +19,10 @@
 // Iteration = batch x layers x (fwd + bwd + recompute) + LM head + exposed gradient sync.
 // Data-parallel replicas: each replica's share of the batch is scored as a one-replica plan
 // (ReplicaPlan); the iteration is the slowest replica's busy time plus the gradient sync over
-// every participating rank that the slowest replica's compute does not hide (a bucket is ready
-// when the last replica has finished that layer's backward). Under ZeRO-3 every participant
-// gathers and reduce-scatters once per sequence of the replica with the most sequences. Left-out
-// ranks hold no state and take no part in the sync; ZeRO shards model state over the
+// every participating rank that the slowest replica's sync window does not hide (a bucket is ready
+// when the last replica has finished that layer's backward; SyncWindowSeconds). Under ZeRO-3 every
+// participant gathers and reduce-scatters once per sequence of the replica with the most sequences.
+// Left-out ranks hold no state and take no part in the sync; ZeRO shards model state over the
 // participating ranks.
 // Deliberately ignored: kernel launch overheads, NIC sharing between GPUs of a node (each GPU has
 // its own NIC), the overlap of K/V and dK/dV transfers on one port (their times add),
@@ -128,6 +128,9 @@ struct PlanCost {
   // Per replica, its busy time: its sequences' compute and communication, before the exposed
   // gradient sync (the iteration is the largest of these + grad_sync_seconds).
   std::vector<double> replica_busy_seconds;
+  // Of the slowest replica's busy time, the part the gradient sync hides behind
+  // (CostModel::SyncWindowSeconds).
+  double sync_window_seconds = 0;
   std::vector<RankCost> ranks;  // indexed by rank
 };
 
@@ -307,6 +310,13 @@ class CostModel {
   // hide, and at least the last bucket.
   static double ExposedSyncSeconds(double bucket_seconds, double total_seconds,
                                    double busy_seconds);
+  // The compute the sync can hide behind (the `busy_seconds` of ExposedSyncSeconds), given a
+  // replica's busy time and its backward (the backward and recompute phases of one sequence,
+  // every layer). Under ZeRO-3 every sequence gathers and reduce-scatters during its own
+  // passes: all of the busy time. Otherwise earlier sequences only accumulate, and gradients
+  // exist once the last sequence's backward produces them, layer by layer: that backward (as
+  // `train` starts its all-reduces, and as DDP and Megatron do with gradient accumulation).
+  double SyncWindowSeconds(double busy_seconds, double backward_seconds) const;
 
   const Problem& problem() const { return problem_; }
   const Cluster& cluster() const { return problem_.cluster; }
@@ -359,9 +369,9 @@ class CostModel {
                            const std::vector<int>& source) const;
   // Sync rounds of an iteration: under ZeRO-3 the sequences of the busiest replica, else 1.
   double SyncRounds(const Plan& plan) const;
-  // The gradient sync not hidden behind `busy_seconds` of compute: all buckets of `rounds`
-  // rounds over the plan's participants, at least the last bucket.
-  double ExposedGradSync(const Plan& plan, double busy_seconds, double rounds) const;
+  // The gradient sync not hidden behind `window_seconds` of compute (SyncWindowSeconds): all
+  // buckets of `rounds` rounds over the plan's participants, at least the last bucket.
+  double ExposedGradSync(const Plan& plan, double window_seconds, double rounds) const;
 
   Problem problem_;
   CostConstants k_;

@@ -190,7 +190,9 @@ double PlanState::IterationOf(const double maxima[], double selective) const {
                                                                   : 0.0;
   const double busy = layers * (maxima[0] + maxima[2]) + layers * (maxima[1] + maxima[3]) +
                       layers * recompute + w.batch * maxima[4];
-  return busy + CostModel::ExposedSyncSeconds(sync_bucket_seconds_, sync_seconds_, busy);
+  const double window =
+      model_.SyncWindowSeconds(busy, model_.model().layers * (maxima[2] + maxima[3] + recompute));
+  return busy + CostModel::ExposedSyncSeconds(sync_bucket_seconds_, sync_seconds_, window);
 }
 
 void PlanState::ComputeScore() {

@@ -154,6 +154,7 @@ LayerRun RunLayers(std::vector<std::unique_ptr<LayerGraphBuilder>>& builders,
 // their sum.
 struct PassTerms {
   double local = 0, ring = 0, recompute = 0;
+  double backward = 0;  // the recompute and backward passes (CostModel::SyncWindowSeconds)
   double all_layers() const { return local + ring + recompute; }
 };
 
@@ -164,6 +165,8 @@ PassTerms TermsOfPasses(const std::vector<PassFigures>& passes) {
     const double total = Seconds(std::max<int64_t>(0, pass.end_ns - prev_end));
     const double ring_part =
         std::min(total, Seconds(std::max<int64_t>(0, pass.ring_done_ns - pass.local_in_ns)));
+    if (pass.pass == Pass::kBackward || pass.pass == Pass::kRecompute)
+      terms.backward += pass.weight * total;
     if (pass.pass == Pass::kRecompute) {
       terms.recompute += pass.weight * total;
     } else {
@@ -199,7 +202,9 @@ void FillReplicas(const std::vector<ReplicaRun>& replicas, const LayerRun& layer
     row.sequences = replicas[replica].sequences;
     row.ranks = replicas[replica].ranks;
     row.layer_seconds = Seconds(layer_run.replica_makespan_ns[replica]);
-    row.all_layers_seconds = TermsOfPasses(layer_run.passes[replica]).all_layers();
+    const PassTerms terms = TermsOfPasses(layer_run.passes[replica]);
+    row.all_layers_seconds = terms.all_layers();
+    row.backward_seconds = terms.backward;
     for (int rank : row.ranks) row.head_seconds = std::max(row.head_seconds, head_seconds[rank]);
     row.busy_seconds = row.sequences * (row.all_layers_seconds + row.head_seconds);
     if (out.replicas.empty() || row.busy_seconds > out.replicas[out.slowest_replica].busy_seconds)
@@ -259,7 +264,8 @@ double FillIteration(const CostModel& cost, const EngineResult& sync_run, size_t
   const double sync_rounds = cost.workload().zero_stage >= 3 ? most_sequences : 1.0;
   out.grad_sync_total_seconds = sync_rounds * cost.model().layers * out.grad_bucket_seconds;
   out.grad_sync_exposed_seconds = CostModel::ExposedSyncSeconds(
-      out.grad_bucket_seconds, out.grad_sync_total_seconds, slowest.busy_seconds);
+      out.grad_bucket_seconds, out.grad_sync_total_seconds,
+      cost.SyncWindowSeconds(slowest.busy_seconds, slowest.backward_seconds));
   if (participants <= 1) out.grad_sync_exposed_seconds = 0;
   out.iteration_seconds = slowest.busy_seconds + out.grad_sync_exposed_seconds;
   out.tokens_per_second =

@@ -78,6 +78,7 @@ struct SimReplica {
   double all_layers_seconds = 0;  // all the model's layers, one sequence: passes x weights
   double head_seconds = 0;        // its LM head per sequence (slowest rank)
   double busy_seconds = 0;        // per iteration: sequences x (all layers + LM head)
+  double backward_seconds = 0;    // its recompute and backward passes, one sequence
 };
 
 struct SimResult {

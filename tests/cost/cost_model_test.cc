@@ -252,9 +252,16 @@ TEST(CostModel, TwoReplicasAndALeftOutRankHandComputed) {
   const double fast = linear / (200e12 * 0.8) + attention / (200e12 * 0.5);
   const double slow = linear / (100e12 * 0.7) + attention / (100e12 * 0.4);
   const double busy = std::max(3 * fast, 1 * slow);
+  // ZeRO-1: the sync hides behind the slowest replica's last backward only, its recompute and
+  // backward: linear x (1 + 2), attention x (1 + 2.5), no LM head.
+  const double backward_linear = layers * 3 * 2 * layer_params * s;
+  const double backward_attention = layers * 3.5 * 4 * 8 * 4 * (s * (s + 1) / 2);
+  const double window =
+      3 * fast > slow ? backward_linear / (200e12 * 0.8) + backward_attention / (200e12 * 0.5)
+                      : backward_linear / (100e12 * 0.7) + backward_attention / (100e12 * 0.4);
   const double bucket = model.TotalParams() * 2 / layers;
   const double pass = cluster.Latency(0, 1) + bucket / 2 / std::min(cluster.Bandwidth(0, 1), 10e9);
-  const double sync = std::max(2 * pass, layers * 2 * pass - busy);
+  const double sync = std::max(2 * pass, layers * 2 * pass - window);
   EXPECT_NEAR(cost.iteration_seconds / (busy + sync), 1.0, 1e-9);
   EXPECT_NEAR(cost.grad_sync_seconds / sync, 1.0, 1e-9);
   EXPECT_NEAR(cost.tokens_per_second / (4 * 64 / (busy + sync)), 1.0, 1e-9);
@@ -281,6 +288,52 @@ TEST(CostModel, TwoReplicasAndALeftOutRankHandComputed) {
 // and copied rank by rank; every rank's figures must equal those of its replica evaluated on its
 // own. Replica 0 is one node; replicas 1 and 2 each span two nodes (alike); replica 3 is the
 // slow node, laid out as replica 0.
+// The gradient sync hides behind the last sequence's backward at ZeRO 0-2 (earlier sequences
+// only accumulate), so more sequences per replica do not hide more of it; under ZeRO-3 each
+// sequence syncs during its own passes, behind the whole busy time. Two single-GPU nodes on a
+// slow NIC, one group each (a ring), so that the sync exceeds the backward.
+TEST(CostModel, GradientSyncHidesBehindTheLastBackwardOnly) {
+  const ModelSpec model = Tiny();
+  const Cluster cluster =
+      MakeCluster({Device("Fast", 200, 0.8, 0.5), Device("Fast", 200, 0.8, 0.5)}, {1, 1}, 1, 1e6);
+  auto evaluate = [&](int batch, int zero_stage, Recompute recompute) {
+    Workload w;
+    w.seq_len = 64;
+    w.batch = batch;
+    w.zero_stage = zero_stage;
+    w.recompute = recompute;
+    const CostModel cm(cluster, model, w);
+    Plan p;
+    p.seq_len = 64;
+    p.batch = batch;
+    p.num_heads = 4;
+    p.num_kv_heads = 2;
+    p.num_ranks = 2;
+    p.zero_stage = zero_stage;
+    for (int rank = 0; rank < 2; ++rank) {
+      const Ranges shard = {{rank * 32, rank * 32 + 32}};
+      p.groups.push_back({{rank}, shard, {{rank, "", -1, shard, {0, 1, 2, 3}}}, rank});
+    }
+    return std::pair{cm.Evaluate(p), cm.GradSyncBucketSeconds(p)};
+  };
+  for (Recompute recompute : {Recompute::kNone, Recompute::kFull}) {
+    const auto [one, bucket] = evaluate(1, 1, recompute);
+    const auto [four, unused] = evaluate(4, 1, recompute);
+    const double busy_one = one.iteration_seconds - one.grad_sync_seconds;
+    EXPECT_GT(one.grad_sync_seconds, bucket);      // the window hides only part of it
+    EXPECT_LT(one.sync_window_seconds, busy_one);  // not the forward
+    EXPECT_GT(one.sync_window_seconds, 0);
+    // Four sequences: four times the compute, the same window, the same exposed sync.
+    EXPECT_NEAR(four.sync_window_seconds, one.sync_window_seconds, 1e-12);
+    EXPECT_NEAR(four.grad_sync_seconds, one.grad_sync_seconds, 1e-12);
+    EXPECT_NEAR(four.iteration_seconds - four.grad_sync_seconds, 4 * busy_one, 1e-9);
+    // ZeRO-3: the window is the whole busy time.
+    const auto [zero3, unused3] = evaluate(4, 3, recompute);
+    EXPECT_NEAR(zero3.sync_window_seconds, zero3.iteration_seconds - zero3.grad_sync_seconds,
+                1e-12);
+  }
+}
+
 TEST(CostModel, ReplicasAlikeOnOtherRanksMatchEachReplicaEvaluatedAlone) {
   const ModelSpec model = Tiny();
   const Cluster cluster = MakeCluster(

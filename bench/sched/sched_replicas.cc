@@ -6,8 +6,10 @@
 //                                    full recompute, and RunStrategy with both auto (on N
 //                                    planner threads; default as the CLI's: the machine's
 //                                    hardware threads, at most 8)
-//   sched_replicas ideal             fraction of ideal (cost model), 32-128 GPUs, 32K and 128K,
-//                                    batch 8 and 16, both auto; the best baseline beside it
+//   sched_replicas ideal             fraction of ideal, 32-128 GPUs, 32K and 128K, batch 8 and
+//                                    16, both auto: the plan and the best baseline's, each
+//                                    predicted (cost model) and simulated (kSimLayers explicit
+//                                    layers, as bench/eval)
 //   sched_replicas quality           the predicted iteration time of every strategy's plan (both
 //                                    auto) on the cases of ideal and speed 128 1024, to compare
 //                                    a scheduler change before and after
@@ -25,6 +27,7 @@
 #include "sched/sched_test_util.h"
 #include "sched/strategies.h"
 #include "sched/training_search.h"
+#include "sim/simulator.h"
 
 using namespace hexiseq;
 
@@ -46,14 +49,39 @@ Timing Seconds(F&& run) {
           static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC};
 }
 
-// The best feasible baseline time over every open training configuration.
-double BestBaseline(const CostModel& model, const ScheduleOptions& options) {
-  double best = 1e300;
+constexpr int kSimLayers = 8;  // explicit layers per simulated plan, as bench/eval
+
+// The fastest feasible baseline (predicted) over every open training configuration.
+Result<StrategyResult> FastestBaseline(const CostModel& model, const ScheduleOptions& options) {
+  Result<StrategyResult> best = Infeasible("no baseline fits");
   for (const std::string name : {"ring", "ulysses", "usp", "hetero-ring", "subset"}) {
     auto result = RunStrategy(model.problem(), name, options);
-    if (result && result->feasible()) best = std::min(best, result->cost.iteration_seconds);
+    if (result && result->feasible() &&
+        (!best || result->cost.iteration_seconds < best->cost.iteration_seconds))
+      best = std::move(result);
   }
   return best;
+}
+
+double BestBaseline(const CostModel& model, const ScheduleOptions& options) {
+  const auto best = FastestBaseline(model, options);
+  return best ? best->cost.iteration_seconds : 1e300;
+}
+
+// The plan's simulated iteration seconds at its own ZeRO stage and recompute policy; exits
+// non-zero when the simulator refuses it.
+double SimulatedSeconds(const CostModel& model, const Plan& plan) {
+  sim::SimOptions options;
+  options.explicit_layers = std::min(kSimLayers, model.model().layers);
+  const Problem at =
+      WithTraining(model.problem(),
+                   {plan.zero_stage, ParseRecompute(plan.recompute).value_or(Recompute::kFull)});
+  auto result = sim::Simulate(plan, at, options);
+  if (!result) {
+    std::printf("SIMULATION FAILED: %s\n", result.error().message.c_str());
+    std::exit(1);
+  }
+  return result->iteration_seconds;
 }
 
 // Exits non-zero on an invalid plan or one slower than a baseline.
@@ -105,8 +133,8 @@ int Speed(std::vector<int> sizes, int threads) {
 }
 
 int Ideal() {
-  std::printf("%-6s %-8s %-6s %-10s %-10s %-12s %-6s %s\n", "gpus", "seq", "batch", "hexiseq",
-              "baseline", "plan_s", "zero", "config");
+  std::printf("%-6s %-8s %-6s %-10s %-10s %-10s %-10s %-12s %-6s %s\n", "gpus", "seq", "batch",
+              "hexiseq", "sim", "baseline", "sim", "plan_s", "zero", "config");
   ScheduleOptions automatic;
   automatic.zero_auto = automatic.recompute_auto = true;
   for (int gpus : {32, 64, 128})
@@ -124,13 +152,19 @@ int Ideal() {
           std::printf("%-6d %-8lld %-6d no plan\n", gpus, static_cast<long long>(seq), batch);
           continue;
         }
-        const double baseline = BestBaseline(model, automatic);
-        Check(model, *chosen, baseline);
+        const auto baseline = FastestBaseline(model, automatic);
+        if (!baseline) {
+          std::printf("NO BASELINE FITS\n");
+          return 1;
+        }
+        Check(model, *chosen, baseline->cost.iteration_seconds);
         const double ideal = IdealIterationSeconds(model.problem(), automatic);
-        std::printf("%-6d %-8lld %-6d %-10.3f %-10.3f %-12.3f %d/%-4s %s\n", gpus,
-                    static_cast<long long>(seq), batch, ideal / chosen->cost.iteration_seconds,
-                    ideal / baseline, seconds, chosen->plan.zero_stage,
-                    chosen->plan.recompute.c_str(), chosen->config.c_str());
+        std::printf(
+            "%-6d %-8lld %-6d %-10.3f %-10.3f %-10.3f %-10.3f %-12.3f %d/%-4s %s\n", gpus,
+            static_cast<long long>(seq), batch, ideal / chosen->cost.iteration_seconds,
+            ideal / SimulatedSeconds(model, chosen->plan), ideal / baseline->cost.iteration_seconds,
+            ideal / SimulatedSeconds(model, baseline->plan), seconds, chosen->plan.zero_stage,
+            chosen->plan.recompute.c_str(), chosen->config.c_str());
         std::fflush(stdout);
       }
   return 0;

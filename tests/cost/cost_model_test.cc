@@ -284,10 +284,6 @@ TEST(CostModel, TwoReplicasAndALeftOutRankHandComputed) {
   EXPECT_DOUBLE_EQ(with_idle.ranks[0].memory.optimizer, 12 * model.TotalParams() / 3);
 }
 
-// Replicas alike on other ranks (same kinds, same node pattern, same layout) are evaluated once
-// and copied rank by rank; every rank's figures must equal those of its replica evaluated on its
-// own. Replica 0 is one node; replicas 1 and 2 each span two nodes (alike); replica 3 is the
-// slow node, laid out as replica 0.
 // The gradient sync hides behind the last sequence's backward at ZeRO 0-2 (earlier sequences
 // only accumulate), so more sequences per replica do not hide more of it; under ZeRO-3 each
 // sequence syncs during its own passes, behind the whole busy time. Two single-GPU nodes on a
@@ -334,6 +330,10 @@ TEST(CostModel, GradientSyncHidesBehindTheLastBackwardOnly) {
   }
 }
 
+// Replicas alike on other ranks (same kinds, same node pattern, same layout) are evaluated once
+// and copied rank by rank; every rank's figures must equal those of its replica evaluated on its
+// own. Replica 0 is one node; replicas 1 and 2 each span two nodes (alike); replica 3 is the
+// slow node, laid out as replica 0.
 TEST(CostModel, ReplicasAlikeOnOtherRanksMatchEachReplicaEvaluatedAlone) {
   const ModelSpec model = Tiny();
   const Cluster cluster = MakeCluster(

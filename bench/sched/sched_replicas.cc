@@ -73,9 +73,7 @@ double BestBaseline(const CostModel& model, const ScheduleOptions& options) {
 double SimulatedSeconds(const CostModel& model, const Plan& plan) {
   sim::SimOptions options;
   options.explicit_layers = std::min(kSimLayers, model.model().layers);
-  const Problem at =
-      WithTraining(model.problem(),
-                   {plan.zero_stage, ParseRecompute(plan.recompute).value_or(Recompute::kFull)});
+  const Problem at = WithPlanTraining(model.problem(), plan);
   auto result = sim::Simulate(plan, at, options);
   if (!result) {
     std::printf("SIMULATION FAILED: %s\n", result.error().message.c_str());

@@ -141,9 +141,7 @@ Result<ReportData> BuildReport(const Problem& problem, const std::optional<Plan>
   }
   if (!data.plan) return data;
   // The plan's own training settings (the planner's choice under auto) for what follows.
-  const Problem plan_problem = WithTraining(
-      problem,
-      {data.plan->zero_stage, ParseRecompute(data.plan->recompute).value_or(Recompute::kFull)});
+  const Problem plan_problem = WithPlanTraining(problem, *data.plan);
   data.workload = plan_problem.workload;
   data.shard_ranks = CostModel(plan_problem).ShardRanks(*data.plan);
   const int ranks = problem.cluster.num_ranks();

@@ -227,6 +227,11 @@ Problem WithTraining(const Problem& problem, const TrainingConfig& config) {
   return changed;
 }
 
+Problem WithPlanTraining(const Problem& problem, const Plan& plan) {
+  return WithTraining(problem,
+                      {plan.zero_stage, ParseRecompute(plan.recompute).value_or(Recompute::kFull)});
+}
+
 double IdealIterationSeconds(const Problem& problem, const ScheduleOptions& options) {
   if (!options.recompute_auto) return CostModel(problem).IdealIterationSeconds();
   return CostModel(WithTraining(problem, {problem.workload.zero_stage, Recompute::kNone}))

@@ -39,6 +39,9 @@ std::vector<TrainingConfig> TrainingConfigs(const Workload& workload,
                                             const ScheduleOptions& options);
 // `problem` with the workload's ZeRO stage and recompute policy replaced.
 Problem WithTraining(const Problem& problem, const TrainingConfig& config);
+// `problem` at the plan's own ZeRO stage and recompute policy (the planner's choice under auto);
+// a recompute name the plan format does not know (Validate rejects it) reads as full.
+Problem WithPlanTraining(const Problem& problem, const Plan& plan);
 
 // The aggregate-compute bound (CostModel::IdealIterationSeconds) of the least work the options
 // allow: without recompute when the recompute policy is auto.

@@ -1121,6 +1121,16 @@ double CostModel::SyncWindowSeconds(double busy_seconds, double backward_seconds
   return std::min(busy_seconds, backward_seconds);
 }
 
+double CostModel::ReplicasSyncWindowSeconds(const std::vector<double>& busy_seconds,
+                                            const std::vector<double>& window_seconds) {
+  double slowest = 0, last_opening = 0;
+  for (size_t replica = 0; replica < busy_seconds.size(); ++replica) {
+    slowest = std::max(slowest, busy_seconds[replica]);
+    last_opening = std::max(last_opening, busy_seconds[replica] - window_seconds[replica]);
+  }
+  return std::max(0.0, slowest - last_opening);
+}
+
 double CostModel::GradSyncBucketSeconds(const Plan& plan) const {
   return GradSyncPasses() * GradSyncPassSeconds(NodeParticipants(plan));
 }
@@ -1237,6 +1247,10 @@ PlanCost CostModel::CombineReplicas(const Plan& plan, const std::vector<PlanCost
     cost.infeasible_reason = "replica " + std::to_string(replica) + ": " + part.infeasible_reason;
   }
   for (int rank : plan.left_out) cost.ranks[rank] = RankCost{.rank = rank};
+  std::vector<double> windows;
+  for (size_t replica = 0; replica < members.size(); ++replica)
+    windows.push_back(parts[source[replica]].sync_window_seconds);
+  cost.sync_window_seconds = ReplicasSyncWindowSeconds(cost.replica_busy_seconds, windows);
   cost.grad_sync_seconds = ExposedGradSync(plan, cost.sync_window_seconds, SyncRounds(plan));
   for (const std::vector<int>& ranks : members)
     for (int rank : ranks) cost.ranks[rank].grad_sync_seconds = cost.grad_sync_seconds;

@@ -19,8 +19,8 @@
 // Iteration = batch x layers x (fwd + bwd + recompute) + LM head + exposed gradient sync.
 // Data-parallel replicas: each replica's share of the batch is scored as a one-replica plan
 // (ReplicaPlan); the iteration is the slowest replica's busy time plus the gradient sync over
-// every participating rank that the slowest replica's sync window does not hide (a bucket is ready
-// when the last replica has finished that layer's backward; SyncWindowSeconds). Under ZeRO-3 every
+// every participating rank that the replicas' joint sync window does not hide (a bucket is ready
+// when the last replica has produced it; ReplicasSyncWindowSeconds). Under ZeRO-3 every
 // participant gathers and reduce-scatters once per sequence of the replica with the most sequences.
 // Left-out ranks hold no state and take no part in the sync; ZeRO shards model state over the
 // participating ranks.
@@ -129,7 +129,7 @@ struct PlanCost {
   // gradient sync (the iteration is the largest of these + grad_sync_seconds).
   std::vector<double> replica_busy_seconds;
   // Of the slowest replica's busy time, the part the gradient sync hides behind
-  // (CostModel::SyncWindowSeconds).
+  // (CostModel::ReplicasSyncWindowSeconds; one replica: SyncWindowSeconds).
   double sync_window_seconds = 0;
   std::vector<RankCost> ranks;  // indexed by rank
 };
@@ -317,6 +317,12 @@ class CostModel {
   // exist once the last sequence's backward produces them, layer by layer: that backward (as
   // `train` starts its all-reduces, and as DDP and Megatron do with gradient accumulation).
   double SyncWindowSeconds(double busy_seconds, double backward_seconds) const;
+  // The window of replicas that start together, from each one's busy time and SyncWindowSeconds:
+  // a bucket is reduced once every replica has produced it, so the sync opens when the last
+  // replica opens its window (the largest busy - window) and hides behind the compute from there
+  // to the slowest replica's end. One replica: its own window.
+  static double ReplicasSyncWindowSeconds(const std::vector<double>& busy_seconds,
+                                          const std::vector<double>& window_seconds);
 
   const Problem& problem() const { return problem_; }
   const Cluster& cluster() const { return problem_.cluster; }

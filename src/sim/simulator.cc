@@ -249,7 +249,8 @@ LayersPhase SimulateLayers(const Plan& plan, const CostModel& cost, const SimOpt
 // of one bucket, GradSyncPasses() of them per bucket (all-gathers mirror it); ZeRO-3 gathers
 // weights and reduce-scatters gradients for every sequence (every participant takes part in each
 // round, so the replica with the most sequences sets the rounds); lower stages accumulate locally
-// and synchronise once per iteration (as the cost model). Returns the sync rounds.
+// and synchronise once per iteration (as the cost model); the sync hides in the replicas' joint
+// window (CostModel::ReplicasSyncWindowSeconds). Returns the sync rounds.
 double FillIteration(const CostModel& cost, const EngineResult& sync_run, size_t participants,
                      SimResult& out) {
   const SimReplica& slowest = out.replicas[out.slowest_replica];
@@ -257,15 +258,18 @@ double FillIteration(const CostModel& cost, const EngineResult& sync_run, size_t
   out.head_seconds = slowest.head_seconds;
   out.grad_bucket_seconds = cost.GradSyncPasses() * Seconds(sync_run.makespan_ns);
   int most_sequences = 0, total_sequences = 0;
+  std::vector<double> busy, windows;
   for (const SimReplica& replica : out.replicas) {
     most_sequences = std::max(most_sequences, replica.sequences);
     total_sequences += replica.sequences;
+    busy.push_back(replica.busy_seconds);
+    windows.push_back(cost.SyncWindowSeconds(replica.busy_seconds, replica.backward_seconds));
   }
   const double sync_rounds = cost.workload().zero_stage >= 3 ? most_sequences : 1.0;
   out.grad_sync_total_seconds = sync_rounds * cost.model().layers * out.grad_bucket_seconds;
-  out.grad_sync_exposed_seconds = CostModel::ExposedSyncSeconds(
-      out.grad_bucket_seconds, out.grad_sync_total_seconds,
-      cost.SyncWindowSeconds(slowest.busy_seconds, slowest.backward_seconds));
+  out.grad_sync_exposed_seconds =
+      CostModel::ExposedSyncSeconds(out.grad_bucket_seconds, out.grad_sync_total_seconds,
+                                    CostModel::ReplicasSyncWindowSeconds(busy, windows));
   if (participants <= 1) out.grad_sync_exposed_seconds = 0;
   out.iteration_seconds = slowest.busy_seconds + out.grad_sync_exposed_seconds;
   out.tokens_per_second =

@@ -18,11 +18,11 @@
 // exposed gradient sync. One layer's gradient bucket is simulated message by message over the
 // participating ranks only (ring inside each node over its participating GPUs, then a ring over
 // the participating nodes); the whole sync (layers x bucket, under ZeRO-3 once per sequence of
-// the replica with the most sequences) overlaps the slowest replica's compute in the window of
-// CostModel::SyncWindowSeconds (under ZeRO 0-2 its last sequence's simulated recompute and
-// backward passes) except its last bucket. Left-out ranks do nothing (no compute, no message).
-// Memory feasibility comes from the cost model's memory figures (the simulator does not model
-// allocation).
+// the replica with the most sequences) overlaps the compute in the replicas' joint window
+// (CostModel::ReplicasSyncWindowSeconds of each replica's CostModel::SyncWindowSeconds: under
+// ZeRO 0-2 its last sequence's simulated recompute and backward passes) except its last bucket.
+// Left-out ranks do nothing (no compute, no message). Memory feasibility comes from the cost
+// model's memory figures (the simulator does not model allocation).
 #pragma once
 
 #include <string>

@@ -252,13 +252,18 @@ TEST(CostModel, TwoReplicasAndALeftOutRankHandComputed) {
   const double fast = linear / (200e12 * 0.8) + attention / (200e12 * 0.5);
   const double slow = linear / (100e12 * 0.7) + attention / (100e12 * 0.4);
   const double busy = std::max(3 * fast, 1 * slow);
-  // ZeRO-1: the sync hides behind the slowest replica's last backward only, its recompute and
-  // backward: linear x (1 + 2), attention x (1 + 2.5), no LM head.
+  // ZeRO-1: each replica produces its gradients in its last sequence's recompute and backward
+  // (linear x (1 + 2), attention x (1 + 2.5), no LM head), at the end of its busy time. A bucket
+  // is reduced once both replicas have produced it: the sync opens when the later of the two
+  // last backwards starts and hides until the slower replica ends.
   const double backward_linear = layers * 3 * 2 * layer_params * s;
   const double backward_attention = layers * 3.5 * 4 * 8 * 4 * (s * (s + 1) / 2);
-  const double window =
-      3 * fast > slow ? backward_linear / (200e12 * 0.8) + backward_attention / (200e12 * 0.5)
-                      : backward_linear / (100e12 * 0.7) + backward_attention / (100e12 * 0.4);
+  const double fast_backward =
+      backward_linear / (200e12 * 0.8) + backward_attention / (200e12 * 0.5);
+  const double slow_backward =
+      backward_linear / (100e12 * 0.7) + backward_attention / (100e12 * 0.4);
+  const double window = busy - std::max(3 * fast - fast_backward, slow - slow_backward);
+  EXPECT_NEAR(cost.sync_window_seconds / window, 1.0, 1e-9);
   const double bucket = model.TotalParams() * 2 / layers;
   const double pass = cluster.Latency(0, 1) + bucket / 2 / std::min(cluster.Bandwidth(0, 1), 10e9);
   const double sync = std::max(2 * pass, layers * 2 * pass - window);
@@ -282,6 +287,20 @@ TEST(CostModel, TwoReplicasAndALeftOutRankHandComputed) {
   const PlanCost with_idle = cm.Evaluate(idle);
   EXPECT_GT(with_idle.grad_sync_seconds, cost.grad_sync_seconds);
   EXPECT_DOUBLE_EQ(with_idle.ranks[0].memory.optimizer, 12 * model.TotalParams() / 3);
+  // Split 2 : 1 the slow replica is the slowest, but the fast one starts its last backward later:
+  // the sync waits for it, so the window is shorter than the slow replica's own backward.
+  Plan two_one = p;
+  two_one.replica_sequences = {2, 1};
+  two_one.batch = 3;
+  Workload three = w;
+  three.batch = 3;
+  const PlanCost later = CostModel(cluster, model, three).Evaluate(two_one);
+  ASSERT_GT(slow, 2 * fast);
+  const double opening = std::max(2 * fast - fast_backward, slow - slow_backward);
+  ASSERT_GT(opening, slow - slow_backward);
+  EXPECT_NEAR(later.sync_window_seconds / (slow - opening), 1.0, 1e-9);
+  EXPECT_NEAR(later.grad_sync_seconds / std::max(2 * pass, layers * 2 * pass - (slow - opening)),
+              1.0, 1e-9);
 }
 
 // The gradient sync hides behind the last sequence's backward at ZeRO 0-2 (earlier sequences

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_commit.h"  // HEXISEQ_COMMIT, written at build time (bench/bench_commit.cmake)
 #include "sched/baselines.h"
 #include "sched/scheduler.h"
 #include "sim/simulator.h"

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <string>
 
+#include "bench_commit.h"  // HEXISEQ_COMMIT, written at build time (bench/bench_commit.cmake)
+
 inline void PrintBenchHeader(const char* name) {
   std::string cpu = "unknown";
   std::ifstream info("/proc/cpuinfo");

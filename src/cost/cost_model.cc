@@ -239,7 +239,7 @@ double CostModel::TransferSeconds(int a, int b, double bytes) const {
 }
 
 double CostModel::GradBucketBytes() const {
-  return problem_.model.TotalParams() * problem_.workload.bytes_per_element / problem_.model.layers;
+  return problem_.model.GradBucketParams() * problem_.workload.bytes_per_element;
 }
 
 int CostModel::GradSyncPasses() const {

@@ -270,6 +270,8 @@ double ModelSpec::TotalParams() const {
   return layers * (LayerGemmParams() + 2 * h) + embeddings + h;
 }
 
+double ModelSpec::GradBucketParams() const { return TotalParams() / layers; }
+
 const std::vector<ModelSpec>& ModelPresets() {
   static const std::vector<ModelSpec> presets = MakePresets();
   return presets;

@@ -36,6 +36,9 @@ struct ModelSpec {
   double MlpParams() const;
   // All parameters (layers + embedding + output head + norms).
   double TotalParams() const;
+  // The gradient sync's bucket: one layer's share of all parameters (TotalParams / layers). The
+  // cost model, the simulator and `train` all synchronise gradients in buckets of this size.
+  double GradBucketParams() const;
   bool operator==(const ModelSpec&) const = default;
 };
 

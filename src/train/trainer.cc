@@ -164,8 +164,13 @@ Result<void> Trainer::CreateReplicaState() {
   shard_model_ =
       std::make_unique<LlamaShardModel>(model_, weights_, attention_, options_.recompute);
   optimizer_ = std::make_unique<Optimizer>(options_.optimizer, params_);
-  grad_sync_ = std::make_unique<GradientSync>(params_, options_.bucket_bytes,
-                                              options_.overlap_grad_sync, *comms_.participants);
+  // GradientSync sums in fp32 buffers: the model's bucket of parameters is that many floats.
+  const int64_t bucket_bytes =
+      options_.bucket_bytes > 0
+          ? options_.bucket_bytes
+          : static_cast<int64_t>(model_.GradBucketParams()) * static_cast<int64_t>(sizeof(float));
+  grad_sync_ = std::make_unique<GradientSync>(params_, bucket_bytes, options_.overlap_grad_sync,
+                                              *comms_.participants);
   return {};
 }
 

@@ -40,7 +40,9 @@ struct TrainOptions {
   OptimizerConfig optimizer;
   RecomputePolicy recompute = RecomputePolicy::kFull;
   at::ScalarType dtype = at::kFloat;
-  int64_t bucket_bytes = int64_t{4} << 20;  // gradient all-reduce bucket size
+  // Gradient all-reduce bucket size; 0: the cost model's bucket (ModelSpec::GradBucketParams
+  // parameters), so that the sync the model predicts is the one `train` runs.
+  int64_t bucket_bytes = 0;
   bool overlap_grad_sync = true;            // start buckets during backward (false: all after it)
 };
 

@@ -190,6 +190,28 @@ TEST(Trainer, OverlappedGradientSyncIsBitIdenticalToBlocking) {
   }
 }
 
+// By default the trainer's buckets are the cost model's (ModelSpec::GradBucketParams: one layer's
+// share of all parameters), so the sync it runs is the one the model and the simulator charge:
+// as many buckets as layers, or one more where the parameter tensors do not pack exactly, and
+// every parameter in one of them.
+TEST(Trainer, DefaultGradientBucketsAreTheCostModelsBuckets) {
+  const ModelSpec model = TinyLlama();
+  TrainOptions options = TestOptions();
+  options.bucket_bytes = 0;
+  const Plan plan = UlyssesPlan(2, 96, 8, 2);
+  runtime::RunInProcess(plan.num_ranks, [&](runtime::Comm& comm) {
+    auto trainer = Trainer::Create(WithBatch(plan, options.batch), model, options, comm);
+    ASSERT_TRUE(trainer) << trainer.error().message;
+    int64_t elements = 0;
+    for (const NamedTensorRef& named : NamedParameters((*trainer)->weights()))
+      elements += named.tensor.numel();
+    EXPECT_EQ(static_cast<double>(elements), model.TotalParams());
+    const int buckets = (*trainer)->grad_sync().num_buckets();
+    EXPECT_GE(buckets, model.layers);
+    EXPECT_LE(buckets, model.layers + 1);
+  });
+}
+
 std::string SetupError(const Plan& plan, const ModelSpec& model, const TrainOptions& options,
                        int world_size) {
   std::string first;

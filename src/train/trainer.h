@@ -43,7 +43,7 @@ struct TrainOptions {
   // Gradient all-reduce bucket size; 0: the cost model's bucket (ModelSpec::GradBucketParams
   // parameters), so that the sync the model predicts is the one `train` runs.
   int64_t bucket_bytes = 0;
-  bool overlap_grad_sync = true;            // start buckets during backward (false: all after it)
+  bool overlap_grad_sync = true;  // start buckets during backward (false: all after it)
 };
 
 // Seconds this rank spent per phase in one step.

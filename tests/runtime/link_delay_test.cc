@@ -15,7 +15,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr double kDelay = 200e-9;  // seconds per byte (200 ns/B, 5 MB/s)
-constexpr size_t kBytes = 50000;   // 10 ms on the slowed link
+// 50 ms on the slowed link: long enough that "returns within half the wire time" stays clear of
+// a descheduled thread on a loaded machine under the sanitizers (a 10 ms wire was crossed there).
+constexpr size_t kBytes = 250000;
 constexpr double kWire = kDelay * kBytes;
 constexpr double kSlack = 0.05;  // scheduling on a loaded machine, seconds
 

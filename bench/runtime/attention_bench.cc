@@ -3,6 +3,10 @@
 //                          [--head-dim 64] [--repeats 3]
 //     Effective FLOP rate of the blocked causal attention forward + backward (one thread)
 //     against single-threaded OpenBLAS sgemm measured in the same run.
+//   attention_bench layouts [--seq 2048] [--heads 8] [--kv-heads 8] [--head-dim 32] [--repeats 7]
+//     One rank's share of a 2-rank ring (its queries against its own block, then the other
+//     rank's) for token layouts of the measured testbeds: one contiguous run, or front and back
+//     chunks. Rate per exact causal FLOP against the contiguous half measured in the same repeat.
 //   mpirun -np N attention_bench dist --plan FILE [--head-dim 64] [--repeats 3]
 //     Per-rank, per-phase breakdown (all-to-all, compute, ring wait, other) of the distributed
 //     attention executing a plan; medians over repeats.
@@ -240,6 +244,178 @@ int KernelBench(int argc, char** argv) {
   return 0;
 }
 
+// ---- layouts: one rank of a 2-rank ring, its pieces given as fractions of S.
+
+struct Layout {
+  const char* name;
+  std::vector<std::pair<double, double>> pieces;  // [begin, end) as fractions of S
+};
+
+std::vector<int64_t> LayoutPositions(const std::vector<std::pair<double, double>>& pieces,
+                                     int64_t seq, bool complement) {
+  std::vector<bool> mine(seq, false);
+  for (const auto& [begin, end] : pieces)
+    for (int64_t pos = std::llround(begin * seq); pos < std::llround(end * seq); ++pos)
+      mine[pos] = true;
+  std::vector<int64_t> positions;
+  for (int64_t pos = 0; pos < seq; ++pos)
+    if (mine[pos] != complement) positions.push_back(pos);
+  return positions;
+}
+
+// The rank's queries, its own K/V block and the other rank's, random data from one seed.
+struct RingRank {
+  int heads, kv_heads, d;
+  std::vector<int64_t> q_pos;
+  std::vector<std::vector<int64_t>> k_pos;  // [own, other]
+  std::vector<float> q, d_o, o, lse, dq;
+  std::vector<std::vector<float>> k, v, dk, dv;
+
+  RingRank(const Layout& layout, int64_t seq, int heads_, int kv_heads_, int d_)
+      : heads(heads_), kv_heads(kv_heads_), d(d_) {
+    q_pos = LayoutPositions(layout.pieces, seq, false);
+    k_pos = {q_pos, LayoutPositions(layout.pieces, seq, true)};
+    std::mt19937 rng(9);
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    auto filled = [&](size_t count) {
+      std::vector<float> data(count);
+      for (float& x : data) x = value(rng);
+      return data;
+    };
+    const size_t rows = q_pos.size();
+    q = filled(rows * heads * d);
+    d_o = filled(rows * heads * d);
+    o.assign(rows * heads * d, 0.0f);
+    lse.assign(rows * heads, 0.0f);
+    dq.assign(rows * heads * d, 0.0f);
+    for (const std::vector<int64_t>& keys : k_pos) {
+      k.push_back(filled(keys.size() * kv_heads * d));
+      v.push_back(filled(keys.size() * kv_heads * d));
+      dk.emplace_back(keys.size() * kv_heads * d, 0.0f);
+      dv.emplace_back(keys.size() * kv_heads * d, 0.0f);
+    }
+  }
+  AttentionInputs Inputs(size_t block) const {
+    AttentionInputs in;
+    in.head_dim = d;
+    in.scale = 1.0f / std::sqrt(static_cast<float>(d));
+    in.q_positions = q_pos;
+    in.k_positions = k_pos[block];
+    const size_t rows = q_pos.size(), keys = k_pos[block].size();
+    for (int head = 0; head < heads; ++head) {
+      in.q.push_back(q.data() + head * rows * d);
+      in.kv_index.push_back(head / (heads / kv_heads));
+    }
+    for (int kv = 0; kv < kv_heads; ++kv) {
+      in.k.push_back(k[block].data() + kv * keys * d);
+      in.v.push_back(v[block].data() + kv * keys * d);
+    }
+    return in;
+  }
+  double ForwardFlops() const {
+    return AttentionForwardFlops(Inputs(0)) + AttentionForwardFlops(Inputs(1));
+  }
+  // Forward over both blocks (the second accumulated), then backward over both.
+  void Run(bool reference) {
+    const size_t rows = q_pos.size();
+    ForwardOutputs forward;
+    BackwardArgs backward;
+    for (int head = 0; head < heads; ++head) {
+      forward.o.push_back(o.data() + head * rows * d);
+      forward.lse.push_back(lse.data() + head * rows);
+      backward.o.push_back(o.data() + head * rows * d);
+      backward.d_o.push_back(d_o.data() + head * rows * d);
+      backward.lse.push_back(lse.data() + head * rows);
+      backward.dq.push_back(dq.data() + head * rows * d);
+    }
+    for (size_t block = 0; block < k_pos.size(); ++block) {
+      if (reference) AttentionForwardReference(Inputs(block), forward, block > 0);
+      if (!reference) AttentionForward(Inputs(block), forward, block > 0);
+    }
+    for (size_t block = 0; block < k_pos.size(); ++block) {
+      BackwardArgs args = backward;
+      const size_t keys = k_pos[block].size();
+      for (int kv = 0; kv < kv_heads; ++kv) {
+        args.dk.push_back(dk[block].data() + kv * keys * d);
+        args.dv.push_back(dv[block].data() + kv * keys * d);
+      }
+      if (reference) AttentionBackwardReference(Inputs(block), args);
+      if (!reference) AttentionBackward(Inputs(block), args);
+    }
+  }
+};
+
+// The blocked kernels against the reference on one layout: O, LSE, dQ and the other block's dK.
+double LayoutError(const Layout& layout, int64_t seq, int heads, int kv_heads, int d) {
+  RingRank fast(layout, seq, heads, kv_heads, d), ref(layout, seq, heads, kv_heads, d);
+  fast.Run(false);
+  ref.Run(true);
+  return std::max({RelError(fast.o, ref.o), RelError(fast.lse, ref.lse), RelError(fast.dq, ref.dq),
+                   RelError(fast.dk[1], ref.dk[1])});
+}
+
+int LayoutBench(int argc, char** argv) {
+  const int64_t seq = std::atoll(Flag(argc, argv, "--seq", "2048").c_str());
+  const int heads = std::atoi(Flag(argc, argv, "--heads", "8").c_str());
+  const int kv_heads = std::atoi(Flag(argc, argv, "--kv-heads", "8").c_str());
+  const int d = std::atoi(Flag(argc, argv, "--head-dim", "32").c_str());
+  const int repeats = std::atoi(Flag(argc, argv, "--repeats", "7").c_str());
+  if (seq < 256 || heads < 1 || kv_heads < 1 || heads % kv_heads != 0 || d < 1 || repeats < 1) {
+    std::fprintf(stderr,
+                 "attention_bench layouts: bad --seq (>= 256)/--heads/--kv-heads/"
+                 "--head-dim/--repeats\n");
+    return 2;
+  }
+  // The first is the reference: the middle half, one run, as calibrate's probe sees a shard.
+  const std::vector<Layout> layouts = {
+      {"middle half (ring's rank 1)", {{0.25, 0.75}}},
+      {"front + back quarters (ring's rank 0)", {{0.0, 0.25}, {0.75, 1.0}}},
+      {"middle 0.417 (hetero-ring's slow rank)", {{0.2915, 0.7085}}},
+      {"front + back, 0.583 (hetero-ring's fast rank)", {{0.0, 0.2915}, {0.7085, 1.0}}},
+      {"front 0.157 + back 0.221 (a front/back plan's slow rank)", {{0.0, 0.157}, {0.779, 1.0}}},
+      {"middle 0.622 (its fast rank)", {{0.157, 0.779}}},
+  };
+  SetBlasThreads(1);
+  PrintHeader("attention kernels on one rank's token layout in a 2-rank ring (one thread)");
+  double worst = 0;
+  for (const Layout& layout : layouts)
+    worst = std::max(worst, LayoutError(layout, std::min<int64_t>(seq, 1024), heads, kv_heads, d));
+  std::printf("# check S=%lld, every layout: max relative error over O, LSE, dQ, dK = %.2e\n",
+              static_cast<long long>(std::min<int64_t>(seq, 1024)), worst);
+  if (!(worst <= 1e-5)) {
+    std::fprintf(stderr, "attention_bench: layout check failed (%.3e > 1e-5)\n", worst);
+    return 1;
+  }
+  std::vector<RingRank> ranks;
+  for (const Layout& layout : layouts) ranks.emplace_back(layout, seq, heads, kv_heads, d);
+  for (RingRank& rank : ranks) rank.Run(false);  // warm-up: pages and caches
+  std::vector<std::vector<double>> seconds(layouts.size()), ratios(layouts.size());
+  for (int repeat = 0; repeat < repeats; ++repeat) {
+    for (size_t index = 0; index < ranks.size(); ++index) {
+      const Clock::time_point start = Clock::now();
+      ranks[index].Run(false);
+      seconds[index].push_back(Seconds(start));
+    }
+    const double reference_rate = ranks[0].ForwardFlops() / seconds[0].back();
+    for (size_t index = 0; index < ranks.size(); ++index)
+      ratios[index].push_back(ranks[index].ForwardFlops() / seconds[index].back() / reference_rate);
+  }
+  std::printf(
+      "# S = %lld, heads %d/%d, d = %d; forward + backward over both blocks; rate = "
+      "3.5 x exact causal forward FLOPs / time; medians of %d repeats\n\n",
+      static_cast<long long>(seq), heads, kv_heads, d, repeats);
+  std::printf(
+      "| layout | tokens | seconds | GFLOP/s | rate / middle half's |\n"
+      "|---|---|---|---|---|\n");
+  for (size_t index = 0; index < ranks.size(); ++index) {
+    const double time = Median(seconds[index]);
+    std::printf("| %s | %zu | %.4f | %.1f | %.2f |\n", layouts[index].name,
+                ranks[index].q_pos.size(), time, 3.5 * ranks[index].ForwardFlops() / time / 1e9,
+                Median(ratios[index]));
+  }
+  return 0;
+}
+
 int DistBench(int argc, char** argv) {
   MpiSession session(&argc, &argv);
   SetBlasThreads(1);
@@ -332,9 +508,12 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "kernel") return KernelBench(argc, argv);
   if (mode == "dist") return DistBench(argc, argv);
+  if (mode == "layouts") return LayoutBench(argc, argv);
   std::fprintf(stderr,
                "usage: attention_bench kernel [--seq 4096,8192] [--heads 2] [--kv-heads 1] "
                "[--head-dim 64] [--repeats 3]\n"
+               "       attention_bench layouts [--seq 2048] [--heads 8] [--kv-heads 8] "
+               "[--head-dim 32] [--repeats 7]\n"
                "       mpirun -np N attention_bench dist --plan FILE [--head-dim 64] "
                "[--repeats 3]\n");
   return 2;

@@ -121,16 +121,27 @@ struct Block {
   int64_t size() const { return end - begin; }
 };
 
+// Consecutive rows of at most `block` rows. A block also ends before a row whose position does
+// not follow the previous row's, once it holds kMinRunRows rows: rows carry a rank's token pieces
+// in order, and a tile spanning two pieces (say 0-320 and 1596-2047) would be classified by its
+// extreme positions, so every row of it would be computed against the keys only its later rows
+// see. The minimum keeps tiles of scattered positions from shrinking to single rows.
+constexpr int64_t kMinRunRows = 16;
+
 std::vector<Block> Blocks(std::span<const int64_t> positions, int64_t block) {
   std::vector<Block> blocks;
   const int64_t n = static_cast<int64_t>(positions.size());
-  for (int64_t begin = 0; begin < n; begin += block) {
-    Block b{begin, std::min(n, begin + block), positions[begin], positions[begin]};
-    for (int64_t row = b.begin; row < b.end; ++row) {
-      b.min_pos = std::min(b.min_pos, positions[row]);
-      b.max_pos = std::max(b.max_pos, positions[row]);
+  int64_t begin = 0;
+  while (begin < n) {
+    Block b{begin, begin + 1, positions[begin], positions[begin]};
+    for (; b.end < n && b.size() < block; ++b.end) {
+      const bool follows = positions[b.end] == positions[b.end - 1] + 1;
+      if (!follows && b.size() >= kMinRunRows) break;
+      b.min_pos = std::min(b.min_pos, positions[b.end]);
+      b.max_pos = std::max(b.max_pos, positions[b.end]);
     }
     blocks.push_back(b);
+    begin = b.end;
   }
   return blocks;
 }

@@ -1,8 +1,10 @@
 // CPU attention kernels: causal, GQA-aware attention forward (O and log-sum-exp) and backward
 // (dQ, dK, dV from O, dO and LSE) between one set of query rows and one block of key rows. Rows
 // carry global token positions; key k is visible to query q iff pos(k) <= pos(q). Blocked with
-// online softmax in fp32, OpenBLAS sgemm for the block GEMMs, fully masked tiles skipped. Each
-// optimized kernel has a naive double-precision reference with the same signature.
+// online softmax in fp32, OpenBLAS sgemm for the block GEMMs, fully masked tiles skipped; a tile
+// ends where the rows' positions jump (a rank's token pieces), so pieces are not computed against
+// keys only a later piece sees. Each optimized kernel has a naive double-precision reference with
+// the same signature.
 // Deliberately ignored: dropout, sliding windows, attention sinks, bf16 storage.
 #pragma once
 

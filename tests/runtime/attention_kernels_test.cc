@@ -139,6 +139,29 @@ TEST(AttentionKernels, MatchesReferenceOnRandomShapes) {
   }
 }
 
+// A rank's rows are its token pieces in order (a plan's front and back chunks): tiles end where
+// a piece ends, once they hold 16 rows. Pieces longer and shorter than a tile and than 16 rows,
+// as queries and as keys, against the reference. The key piece at 516 starts a key tile at the
+// last position of a query tile (300-516 is split 300-427, 428-516): that pair must be computed.
+TEST(AttentionKernels, MatchesReferenceOnTokenPieces) {
+  std::mt19937_64 rng(12);
+  const std::vector<std::pair<int64_t, int64_t>> query_pieces = {
+      {0, 21}, {300, 517}, {900, 905}, {1200, 1460}, {1470, 1480}};
+  const std::vector<std::pair<int64_t, int64_t>> key_pieces = {{5, 160}, {516, 533}, {890, 1300}};
+  Problem p = MakeProblem(rng, 0, 0, 16, 4, 2, false);
+  for (const auto& [begin, end] : query_pieces)
+    for (int64_t pos = begin; pos < end; ++pos) p.q_pos.push_back(pos);
+  for (const auto& [begin, end] : key_pieces)
+    for (int64_t pos = begin; pos < end; ++pos) p.k_pos.push_back(pos);
+  const Problem sized =
+      MakeProblem(rng, p.q_pos.size(), p.k_pos.size(), p.d, p.q_heads, p.kv_heads, false);
+  p.q = sized.q;
+  p.k = sized.k;
+  p.v = sized.v;
+  p.d_o = sized.d_o;
+  ExpectAllClose(RunBoth(p, false), RunBoth(p, true), 2e-6);
+}
+
 TEST(AttentionKernels, FullyMaskedRowsGiveZeroOutputAndMinusInfLse) {
   std::mt19937_64 rng(3);
   Problem p = MakeProblem(rng, 200, 150, 16, 2, 1, false);

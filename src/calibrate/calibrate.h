@@ -6,8 +6,9 @@
 //            libtorch's fp32 at::linear calls) and the runtime's attention kernels (forward +
 //            backward, a causal diagonal block and a full block, as a ring step computes them)
 //            at several shard sizes, all ranks at once (as in training, so shared cores show
-//            up); the rate at the even split S / N is the one written out, the curve goes to the
-//            sidecar JSON.
+//            up); the rate at the even split S / N is each kind's rate, the curve below it is
+//            its `rate_curve` (the cost model reads a rank's rates at its own shard), and every
+//            point goes to the sidecar JSON.
 //   links:   every pair of ranks ping-pongs a few message sizes (latency = half the round trip of
 //            the smallest, bandwidth from the largest); all ranks then run all-to-alls, reported
 //            against the alpha-beta prediction of the pairwise figures.

@@ -90,6 +90,31 @@ LinkFigures AllPairs(const Calibration& calibration) {
 // A single-rank world has no pair: a link figure is still required by the format, and unused.
 constexpr double kUnusedBytesPerSecond = 1e9, kUnusedLatencySeconds = 1e-6;
 
+// A kind's `rate_curve:` (the cost model reads each rank's rates at its own shard from it): per
+// probe size, the group's mean measured rate over its rate at the even split (`gemm`,
+// `attention`; so the last point, the even split, is 1). Empty when the curve has one point.
+std::string RateCurveYaml(const Calibration& calibration, const KindGroup& group, double gemm,
+                          double attention) {
+  const RankMeasurement& first = calibration.ranks[group.first_rank];
+  const size_t points = first.gemm.size();
+  if (points < 2 || first.attention.size() != points) return "";
+  std::string tokens_list, gemm_list, attention_list;
+  for (size_t point = 0; point < points; ++point) {
+    double gemm_at = 0, attention_at = 0;
+    for (int rank = group.first_rank; rank < group.first_rank + group.num_ranks; ++rank) {
+      gemm_at += calibration.ranks[rank].gemm[point].flops_per_second() / group.num_ranks;
+      attention_at += calibration.ranks[rank].attention[point].flops_per_second() / group.num_ranks;
+    }
+    const std::string separator = point == 0 ? "" : ", ";
+    tokens_list += separator + std::to_string(first.gemm[point].tokens);
+    gemm_list += separator + Number(gemm_at / gemm);
+    attention_list += separator + Number(attention_at / attention);
+  }
+  return "    # rates at shard sizes below the even split, as multiples of the rates above\n"
+         "    rate_curve: {tokens: [" +
+         tokens_list + "], gemm: [" + gemm_list + "], attention: [" + attention_list + "]}\n";
+}
+
 std::string KindYaml(const Calibration& calibration, const std::vector<KindGroup>& groups,
                      int index, const LinkFigures& fallback) {
   const KindGroup& group = groups[index];
@@ -124,6 +149,7 @@ std::string KindYaml(const Calibration& calibration, const std::vector<KindGroup
   yaml += "    intra_node: " + Number(inside.bytes_per_second / kGB) + " GB/s\n";
   yaml += "    nic: " + Number(nic / kGB) + " GB/s\n";
   yaml += "    latency: " + Number(inside.latency_seconds / kMicro) + " us\n";
+  yaml += RateCurveYaml(calibration, group, gemm, attention);
   return yaml;
 }
 
@@ -151,7 +177,7 @@ std::string ClusterYaml(const Calibration& calibration, const CalibrateOptions& 
       ", S = " + std::to_string(calibration.seq_len) + ", " +
       std::to_string(calibration.num_ranks) + " ranks; rates read at the even split of " +
       std::to_string(calibration.even_shard_tokens) +
-      " tokens per rank.\n"
+      " tokens per rank,\n# rate_curve: the rates at smaller shards.\n"
       "# GEMM rate probe: " +
       calibration.linear_probe +
       ".\n"

@@ -487,8 +487,7 @@ void CostModel::LocalPhase(const PlanGroup& group, GroupScratch& scratch, GroupC
   a2a.resize(num_members);
   scratch.pair_links.resize(num_members <= kMaxStaggeredMembers ? num_members * num_members : 0);
   for (size_t i = 0; i < num_members; ++i) {
-    const DeviceSpec& dev = problem_.cluster.device(group.members[i].rank);
-    lin[i] = tokens[i] * lin_flops_per_token / dev.GemmFlops();
+    lin[i] = tokens[i] * lin_flops_per_token / LinearRate(group.members[i].rank, tokens[i]);
     double qkv_time = 0, o_time = 0;
     if (num_members > 1) a2a_times(i, &qkv_time, &o_time);
     a2a[i] = qkv_time + o_time;
@@ -759,11 +758,13 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
   scratch.ring_fwd.resize(num_members);
   scratch.ring_bwd.resize(num_members);
   for (size_t i = 0; i < num_members; ++i) {
-    const DeviceSpec& dev = problem_.cluster.device(group.members[i].rank);
-    const double compute = AttentionForwardFlops(problem_.model.head_dim, heads[i], causal_pairs) /
-                           dev.AttentionFlops();
+    const int rank = group.members[i].rank;
+    const double attention_rate = AttentionRate(rank, group_tokens);
+    const double gemm_rate = LinearRate(rank, tokens[i]);
+    const double compute =
+        AttentionForwardFlops(problem_.model.head_dim, heads[i], causal_pairs) / attention_rate;
     const double first =
-        AttentionForwardFlops(problem_.model.head_dim, heads[i], diag_pairs) / dev.AttentionFlops();
+        AttentionForwardFlops(problem_.model.head_dim, heads[i], diag_pairs) / attention_rate;
     const double comm = BusiestPort(kv_ports, i);
     // Backward: K/V go round again while dK/dV returns use their own links (ports add up).
     double comm_bwd = 0, returns = 0;
@@ -772,9 +773,9 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
       returns = std::max(returns, return_ports[i * kPorts + port]);
     }
     out.chain_seconds_per_token = std::max(out.chain_seconds_per_token, ring_chain[i]);
-    out.seconds_per_pair = std::max(
-        out.seconds_per_pair,
-        AttentionForwardFlops(problem_.model.head_dim, heads[i], 1.0) / dev.AttentionFlops());
+    out.seconds_per_pair =
+        std::max(out.seconds_per_pair,
+                 AttentionForwardFlops(problem_.model.head_dim, heads[i], 1.0) / attention_rate);
     double fwd = compute, bwd = k_.attention_backward_factor * compute;
     if (steps > 1) {
       const double last = (compute - first) / (steps - 1);
@@ -806,7 +807,7 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
              (full        ? 1
               : selective ? mlp_fraction
                           : 0)) +
-        problem_.workload.batch * (1 + k_.linear_backward_factor) * head_flops / dev.GemmFlops();
+        problem_.workload.batch * (1 + k_.linear_backward_factor) * head_flops / gemm_rate;
     rank_cost.attention_seconds =
         layers * compute * (1 + k_.attention_backward_factor + (full ? 1 : 0));
     rank_cost.all_to_all_seconds = layers * a2a[i] * (2 + (full ? 1 : 0));
@@ -814,7 +815,7 @@ void CostModel::MemberFigures(const PlanGroup& group, const RingContext& ring,
     rank_cost.ring_exposed_seconds = layers * ((fwd - compute) * (full ? 2 : 1) +
                                                (bwd - k_.attention_backward_factor * compute));
     out.head_seconds =
-        std::max(out.head_seconds, (1 + k_.linear_backward_factor) * head_flops / dev.GemmFlops());
+        std::max(out.head_seconds, (1 + k_.linear_backward_factor) * head_flops / gemm_rate);
 
     ActivationMemory(tokens[i], heads[i], kv_heads[i], group_tokens, ring, rank_cost.memory);
   }
@@ -1301,15 +1302,25 @@ double CostModel::TotalAttentionFlops() const {
          (1 + k_.attention_backward_factor + rec);
 }
 
+double CostModel::LinearRate(int rank, int64_t tokens) const {
+  return problem_.cluster.device(rank).GemmFlopsAt(static_cast<double>(tokens));
+}
+
+double CostModel::AttentionRate(int rank, int64_t query_tokens) const {
+  return problem_.cluster.device(rank).AttentionFlopsAt(static_cast<double>(query_tokens));
+}
+
 double CostModel::IdealIterationSeconds() const {
   const double lin = TotalLinearFlops(), att = TotalAttentionFlops();
   // Devices sorted by attention/GEMM ratio: in an optimal split the ones relatively best at
   // GEMMs do the linear work. For a candidate time T, fill linear work in that order, then
   // check that the remaining device time covers the attention work. Bisect on T.
   std::vector<std::pair<double, double>> rates;  // (gemm, attention) FLOP/s
-  for (int r = 0; r < problem_.cluster.num_ranks(); ++r)
-    rates.push_back(
-        {problem_.cluster.device(r).GemmFlops(), problem_.cluster.device(r).AttentionFlops()});
+  for (int r = 0; r < problem_.cluster.num_ranks(); ++r) {
+    const DeviceSpec& device = problem_.cluster.device(r);  // at its fastest size
+    rates.push_back({device.GemmFlops() * RateCurve::Largest(device.rate_curve.gemm),
+                     device.AttentionFlops() * RateCurve::Largest(device.rate_curve.attention)});
+  }
   std::sort(rates.begin(), rates.end(),
             [](const auto& a, const auto& b) { return a.second / a.first < b.second / b.first; });
   auto fits = [&](double t) {

@@ -183,10 +183,18 @@ class CostModel {
   RingChain RingChainOf(const Plan& plan, const std::vector<GroupCost>& groups) const;
 
   // The aggregate-compute bound: the least time in which the cluster's devices could do the
-  // iteration's linear and attention FLOPs at their effective rates, each device free to split
+  // iteration's linear and attention FLOPs at their effective rates (a device with a rate curve
+  // at its fastest point), each device free to split
   // its time between the two kinds (a fractional-knapsack LP). Ignores communication and memory.
   double IdealIterationSeconds() const;
   double IdealTokensPerSecond() const;
+
+  // A rank's compute rates in FLOP/s: its GEMMs on a shard of `tokens` tokens, and its attention
+  // when its kernels run `query_tokens` query rows per head: its group's tokens (a group's
+  // all-to-all gives every member the group's whole shard for its heads). The device's rate
+  // curve (DeviceSpec::rate_curve) read at those sizes; its plain rates when it has none.
+  double LinearRate(int rank, int64_t tokens) const;
+  double AttentionRate(int rank, int64_t query_tokens) const;
 
   // Per-iteration FLOPs (with recompute and backward) of the whole model over the sequence.
   double TotalLinearFlops() const;

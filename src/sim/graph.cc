@@ -108,11 +108,12 @@ class Builder {
 
   double GemmSeconds(int rank, double params) const {
     return 2.0 * static_cast<double>(TokensOf(rank)) * params /
-           cost_.cluster().device(rank).GemmFlops();
+           cost_.LinearRate(rank, TokensOf(rank));
   }
   double AttentionSeconds(int rank, int query_heads, int64_t pairs) const {
+    const int64_t query_tokens = schedule_.groups[schedule_.places[rank].group].num_tokens;
     return AttentionForwardFlops(cost_.model().head_dim, query_heads, static_cast<double>(pairs)) /
-           cost_.cluster().device(rank).AttentionFlops();
+           cost_.AttentionRate(rank, query_tokens);
   }
   int64_t TokensOf(int rank) const {
     const RankPlace& place = schedule_.places[rank];

@@ -17,6 +17,8 @@
 //       gemm_efficiency: 0.7         # optional per-kind overrides of the catalog
 //       attention_efficiency: 0.6
 //       latency: 3 us                # optional; per message inside the node
+//       rate_curve:                  # optional (hexiseq calibrate writes it): the rates' factors
+//         {tokens: [256, 512, 1024], gemm: [0.97, 1, 1], attention: [0.85, 0.93, 1]}
 //   inter_node: 25 GB/s              # optional default NIC for kinds that give none
 //   inter_node_latency: 5 us         # optional; per message between nodes
 //   links:                           # optional overrides between node kinds, named by their
@@ -40,6 +42,7 @@ using spec_internal::FieldMessage;
 using spec_internal::Get;
 using spec_internal::JoinList;
 using spec_internal::Quote;
+using spec_internal::Trim;
 
 // Per-message latency inside a node (NVLink / PCIe P2P, NCCL small-message figure). The
 // cross-node default is Cluster::inter_node_latency_seconds (5 us, one RDMA hop).
@@ -50,9 +53,10 @@ constexpr const char* kExample = "start from examples/clusters/h100-a100-16.yaml
 const std::vector<std::string> kTopKeys = {"name",       "description",        "nodes",
                                            "inter_node", "inter_node_latency", "links"};
 const std::vector<std::string> kKindKeys = {
-    "name",       "gpu", "count",           "gpus_per_node",
-    "intra_node", "nic", "gemm_efficiency", "attention_efficiency",
-    "latency"};
+    "name",       "gpu",       "count",           "gpus_per_node",
+    "intra_node", "nic",       "gemm_efficiency", "attention_efficiency",
+    "latency",    "rate_curve"};
+const std::vector<std::string> kRateCurveKeys = {"tokens", "gemm", "attention"};
 const std::vector<std::string> kLinkKeys = {"between", "bandwidth"};
 
 // True when the two kinds differ at most in their node count.
@@ -214,6 +218,85 @@ Result<void> ParseKindLinks(const Entries& entries, const std::string& where,
   return {};
 }
 
+// One list of a rate_curve: `count` numbers (1 to kMaxRateCurvePoints when 0), each checked by
+// `read`.
+template <class Read>
+Result<std::vector<double>> ReadCurveList(const YAML::Node& node, const std::string& where,
+                                          size_t count, Read read) {
+  const std::string hint =
+      "write rate_curve: {tokens: [256, 512, 1024], gemm: [0.97, 1, 1], "
+      "attention: [0.85, 0.93, 1]}";
+  const std::string rule =
+      count > 0
+          ? "a list of one number per point of rate_curve.tokens (" + std::to_string(count) + ")"
+          : "a list of 1 to " + std::to_string(kMaxRateCurvePoints) + " shard sizes";
+  if (!node.IsDefined() || !node.IsSequence()) {
+    return InvalidArgument(
+        FieldMessage(where, "", node.IsDefined() ? "not a list" : "missing", rule, hint));
+  }
+  const size_t size = node.size();
+  if (size == 0 || static_cast<int64_t>(size) > kMaxRateCurvePoints ||
+      (count > 0 && size != count)) {
+    return InvalidArgument(FieldMessage(
+        where, "", "has " + std::to_string(size) + (size == 1 ? " number" : " numbers"), rule,
+        hint));
+  }
+  std::vector<double> values;
+  for (size_t index = 0; index < size; ++index) {
+    auto value = read(node[index], where + "[" + std::to_string(index) + "]", hint);
+    if (!value) return std::unexpected(value.error());
+    values.push_back(*value);
+  }
+  return values;
+}
+
+// A node kind's `rate_curve:` (optional) into kind.device.rate_curve.
+Result<void> ParseRateCurve(const Entries& entries, const std::string& where, NodeKind& kind) {
+  const YAML::Node node = Get(entries, "rate_curve");
+  if (!node.IsDefined()) return {};
+  const std::string field = where + ".rate_curve";
+  auto curve = CheckedEntries(node, field, kRateCurveKeys, "a rate curve");
+  if (!curve) return std::unexpected(curve.error());
+  const std::string tokens_rule =
+      "shard sizes in tokens per rank, increasing, each in [1, " + std::to_string(kMaxSeqLen) + "]";
+  double previous = 0;
+  auto read_tokens = [&](const YAML::Node& value_node, const std::string& at,
+                         const std::string& hint) -> Result<double> {
+    auto value = spec_internal::ReadPositive(value_node, at, false, tokens_rule, hint);
+    if (!value) return std::unexpected(value.error());
+    if (*value <= previous || *value < 1 || *value > static_cast<double>(kMaxSeqLen)) {
+      return InvalidArgument(
+          FieldMessage(at, Trim(value_node.Scalar()),
+                       *value <= previous ? "not above the point before" : "outside [1, 2^31]",
+                       tokens_rule, hint));
+    }
+    previous = *value;
+    return *value;
+  };
+  auto tokens = ReadCurveList(Get(*curve, "tokens"), field + ".tokens", 0, read_tokens);
+  if (!tokens) return std::unexpected(tokens.error());
+  const std::string factor_rule =
+      "the rate at each point as a multiple of the kind's rate, in (0, " +
+      std::to_string(static_cast<int>(kMaxRateCurveFactor)) + "]";
+  auto read_factor = [&](const YAML::Node& value_node, const std::string& at,
+                         const std::string& hint) -> Result<double> {
+    auto value = spec_internal::ReadPositive(value_node, at, false, factor_rule, hint);
+    if (!value) return std::unexpected(value.error());
+    if (*value > kMaxRateCurveFactor) {
+      return InvalidArgument(
+          FieldMessage(at, Trim(value_node.Scalar()), "too large", factor_rule, hint));
+    }
+    return *value;
+  };
+  auto gemm = ReadCurveList(Get(*curve, "gemm"), field + ".gemm", tokens->size(), read_factor);
+  if (!gemm) return std::unexpected(gemm.error());
+  auto attention =
+      ReadCurveList(Get(*curve, "attention"), field + ".attention", tokens->size(), read_factor);
+  if (!attention) return std::unexpected(attention.error());
+  kind.device.rate_curve = {std::move(*tokens), std::move(*gemm), std::move(*attention)};
+  return {};
+}
+
 // One entry of `nodes:` into `cluster.kinds`, its `name:` (or "") into `kind_names`.
 Result<void> ParseNodeKind(const YAML::Node& node, const std::string& where,
                            const std::string& file, const DeviceCatalog& catalog,
@@ -237,6 +320,8 @@ Result<void> ParseNodeKind(const YAML::Node& node, const std::string& where,
     return std::unexpected(size.error());
   if (auto links = ParseKindLinks(*entries, where, inter_node, kind); !links)
     return std::unexpected(links.error());
+  if (auto curve = ParseRateCurve(*entries, where, kind); !curve)
+    return std::unexpected(curve.error());
   cluster.kinds.push_back(std::move(kind));
   kind_names.push_back(kind_name);
   return {};

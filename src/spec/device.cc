@@ -6,11 +6,29 @@
 #include "spec/device.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "spec/spec_input.h"
 #include "spec/units.h"
 
 namespace hexiseq {
+
+double RateCurve::Factor(const std::vector<double>& factors, double shard_tokens) const {
+  if (tokens.empty()) return 1.0;
+  if (shard_tokens <= tokens.front()) return factors.front();
+  if (shard_tokens >= tokens.back()) return factors.back();
+  const size_t upper =
+      std::upper_bound(tokens.begin(), tokens.end(), shard_tokens) - tokens.begin();
+  const size_t lower = upper - 1;
+  const double along =
+      std::log(shard_tokens / tokens[lower]) / std::log(tokens[upper] / tokens[lower]);
+  return factors[lower] + along * (factors[upper] - factors[lower]);
+}
+
+double RateCurve::Largest(const std::vector<double>& factors) {
+  return factors.empty() ? 1.0 : *std::max_element(factors.begin(), factors.end());
+}
+
 namespace {
 
 using spec_internal::ClosestNames;

@@ -11,6 +11,30 @@
 
 namespace hexiseq {
 
+// How a device's rates change with the size of its work, measured by `hexiseq calibrate`: at a
+// shard of tokens[i] tokens GEMMs run at gemm[i] and attention at attention[i] times the device's
+// rates (DeviceSpec::GemmFlops, AttentionFlops). Between points the factor is interpolated
+// linearly in log(tokens); before the first and past the last point it is held. Empty: the rates
+// do not depend on size (every catalog device).
+struct RateCurve {
+  std::vector<double> tokens;  // increasing, > 0
+  std::vector<double> gemm, attention;
+
+  bool empty() const { return tokens.empty(); }
+  double GemmFactor(double shard_tokens) const {
+    return tokens.empty() ? 1.0 : Factor(gemm, shard_tokens);
+  }
+  double AttentionFactor(double shard_tokens) const {
+    return tokens.empty() ? 1.0 : Factor(attention, shard_tokens);
+  }
+  // The largest factor of a curve (1 when empty): the fastest the device can run.
+  static double Largest(const std::vector<double>& factors);
+  bool operator==(const RateCurve&) const = default;
+
+ private:
+  double Factor(const std::vector<double>& factors, double shard_tokens) const;
+};
+
 struct DeviceSpec {
   std::string name;
   double peak_flops = 0;                   // dense BF16 (FP16 on V100) tensor FLOP/s, no sparsity
@@ -21,9 +45,15 @@ struct DeviceSpec {
   double gemm_efficiency = 0;              // achievable fraction of peak for large GEMMs
   double attention_efficiency = 0;         // achievable fraction of peak for fused attention
   std::string source;                      // where the figures come from
+  RateCurve rate_curve;                    // size-dependence of the two rates (calibrated)
 
   double GemmFlops() const { return peak_flops * gemm_efficiency; }
   double AttentionFlops() const { return peak_flops * attention_efficiency; }
+  // The rates at a shard of `tokens` tokens (rate_curve; the rates above when it is empty).
+  double GemmFlopsAt(double tokens) const { return GemmFlops() * rate_curve.GemmFactor(tokens); }
+  double AttentionFlopsAt(double tokens) const {
+    return AttentionFlops() * rate_curve.AttentionFactor(tokens);
+  }
   bool operator==(const DeviceSpec&) const = default;
 };
 

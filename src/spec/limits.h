@@ -19,6 +19,7 @@ inline constexpr int64_t kMaxModelWidth = int64_t{1} << 24;  // layers, hidden, 
 inline constexpr int64_t kMaxBatch = int64_t{1} << 20;       // sequences per iteration
 inline constexpr int64_t kMaxNodeKinds = 65536;              // entries of a cluster's `nodes:`
 inline constexpr int64_t kMaxNicsPerNode = 1024;             // simulate --nics-per-node
+inline constexpr int64_t kMaxRateCurvePoints = 64;           // points of a node kind's rate_curve
 
 // Inputs.
 inline constexpr int64_t kMaxSpecFileBytes = int64_t{64} << 20;   // cluster, model, device table
@@ -34,6 +35,7 @@ inline constexpr double kMaxMemoryBytes = 1125899906842624.0;  // 1 PiB
 inline constexpr double kMinPeakTflops = 1e-3;
 inline constexpr double kMaxPeakTflops = 1e6;
 inline constexpr double kMaxLatencySeconds = 1.0;
+inline constexpr double kMaxRateCurveFactor = 4.0;   // rate_curve factors, in (0, 4]
 inline constexpr double kMaxTimeLimitSeconds = 1e6;  // --time-limit
 
 }  // namespace hexiseq

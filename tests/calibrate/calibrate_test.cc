@@ -181,6 +181,33 @@ TEST(CalibrateClusterFile, LoadsBackWithTheMeasuredFigures) {
   EXPECT_NEAR(per_rank->Bandwidth(1, 2), 6e9, rel * 6e9);
 }
 
+// A kind's rate curve: per probe size, the kind's mean rate there over its rate at the even split
+// (the last point), which the cost model reads at each rank's shard.
+TEST(CalibrateClusterFile, CarriesEachKindsRateCurve) {
+  Calibration calibration = ThreeRanks();
+  for (RankMeasurement& rank : calibration.ranks) {
+    // Two points below the even split: GEMM at 0.8x and 0.9x, attention at 0.5x and 0.75x.
+    rank.gemm = {RatePoint{341, 0.8 * rank.gemm_rate, 1.0},
+                 RatePoint{682, 0.9 * rank.gemm_rate, 1.0}, RatePoint{1365, rank.gemm_rate, 1.0}};
+    rank.attention = {RatePoint{341, 0.5 * rank.attention_rate, 1.0},
+                      RatePoint{682, 0.75 * rank.attention_rate, 1.0},
+                      RatePoint{1365, rank.attention_rate, 1.0}};
+  }
+  const std::string yaml = ClusterYaml(calibration, Options(4096), "measured");
+  EXPECT_NE(yaml.find("rate_curve: {tokens: [341, 682, 1365], gemm: [0.8, 0.9, 1], "
+                      "attention: [0.5, 0.75, 1]}"),
+            std::string::npos)
+      << yaml;
+  auto cluster = ParseCluster(yaml, "measured.yaml", DeviceCatalog());
+  ASSERT_TRUE(cluster.has_value()) << cluster.error().message << "\n" << yaml;
+  const double rel = 1e-8;
+  EXPECT_NEAR(cluster->device(2).GemmFlopsAt(341), 0.8 * 5e9, rel * 5e9);
+  EXPECT_NEAR(cluster->device(2).AttentionFlopsAt(682), 0.75 * 2.5e9, rel * 2.5e9);
+  EXPECT_NEAR(cluster->device(0).AttentionFlopsAt(4096), 5.05e9, rel * 5.05e9);
+  // One point (ThreeRanks as measured): no curve.
+  EXPECT_EQ(ClusterYaml(ThreeRanks(), Options(4096), "m").find("rate_curve: {"), std::string::npos);
+}
+
 TEST(CalibrateClusterFile, OneRankNeedsNoPairs) {
   Calibration calibration = ThreeRanks();
   calibration.num_ranks = 1;

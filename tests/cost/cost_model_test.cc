@@ -120,6 +120,40 @@ TEST(CostModel, HomogeneousRingMatchesTextbookFlops) {
   EXPECT_TRUE(cost.feasible) << cost.infeasible_reason;
 }
 
+// A calibrated rate curve: a rank's rates are read at its own shard. Two ranks of one device,
+// rank 0 with 3/4 of the sequence (past the curve's last point: its plain rates), rank 1 with
+// 1/4 (half way in log(tokens) from S/8 to S/2: GEMM 0.75x, attention 0.625x).
+TEST(CostModel, RateCurveReadsEachRankAtItsOwnShard) {
+  const ModelSpec model = Tiny();
+  Workload w;
+  w.seq_len = 4096;
+  const int64_t s = w.seq_len;
+  Cluster plain = MakeCluster({Device("X", 1000, 0.8, 0.6)}, {1}, 2, 0);
+  Cluster curved = plain;
+  curved.kinds[0].device.rate_curve = {{s / 8.0, s / 2.0}, {0.5, 1.0}, {0.25, 1.0}};
+  Plan plan = RingPlan(2, s, model);
+  plan.groups[0].tokens = plan.groups[0].members[0].tokens = {{0, 3 * s / 8}, {5 * s / 8, s}};
+  plan.groups[1].tokens = plan.groups[1].members[0].tokens = {{3 * s / 8, 5 * s / 8}};
+  ASSERT_TRUE(Validate(plan, curved, model)) << Validate(plan, curved, model).error().message;
+  const PlanCost without = CostModel(plain, model, w).Evaluate(plan);
+  const CostModel curved_model(curved, model, w);
+  const PlanCost with = curved_model.Evaluate(plan);
+  EXPECT_DOUBLE_EQ(with.ranks[0].linear_seconds, without.ranks[0].linear_seconds);
+  EXPECT_DOUBLE_EQ(with.ranks[0].attention_seconds, without.ranks[0].attention_seconds);
+  EXPECT_NEAR(with.ranks[1].linear_seconds, without.ranks[1].linear_seconds / 0.75, 1e-12);
+  EXPECT_NEAR(with.ranks[1].attention_seconds, without.ranks[1].attention_seconds / 0.625, 1e-12);
+  EXPECT_DOUBLE_EQ(curved_model.LinearRate(1, s / 4), 0.75 * 800e12);
+  EXPECT_DOUBLE_EQ(curved_model.AttentionRate(1, s / 4), 0.625 * 600e12);
+  EXPECT_GT(with.iteration_seconds, without.iteration_seconds);
+  // The ideal is a bound at each device's fastest point: a factor above 1 raises it.
+  EXPECT_DOUBLE_EQ(curved_model.IdealIterationSeconds(),
+                   CostModel(plain, model, w).IdealIterationSeconds());
+  curved.kinds[0].device.rate_curve.gemm = {2.0, 2.0};
+  curved.kinds[0].device.rate_curve.attention = {2.0, 2.0};
+  EXPECT_NEAR(CostModel(curved, model, w).IdealIterationSeconds(),
+              CostModel(plain, model, w).IdealIterationSeconds() / 2, 1e-12);
+}
+
 TEST(CostModel, AllToAllBytesTwoRanksUneven) {
   // H = 4, G = 2, d_h = 8, bf16. Rank 0: 3 tokens, heads {0,1,2} (KV 0,1); rank 1: 5 tokens,
   // head {3} (KV 1).

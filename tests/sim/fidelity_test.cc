@@ -118,6 +118,27 @@ TEST(Fidelity, ContentionFreeRandomPlansAgreeWithin5PercentAndRankTheSame) {
   }
 }
 
+// A calibrated rate curve (steep, so that a rank read at the wrong size is far off): the model and
+// the simulator read each rank's rates at the same shard (CostModel::LinearRate, AttentionRate),
+// so they agree as closely as without one, on plans whose shares stray far from even.
+TEST(Fidelity, RateCurvesAreReadAtTheSameShardsByModelAndSimulator) {
+  constexpr int64_t kSeq = 65536;
+  FidelityCase c{"1 node 4xH100 curve llama3-8b 64K",
+                 simtest::SingleNode("H100-SXM", 4),
+                 "llama3-8b",
+                 kSeq,
+                 Recompute::kFull,
+                 GroupShape::kAny};
+  // GEMMs from 0.3x at S / 8 to 1x at S / 2, attention from 0.2x at S / 4: small shards are slow
+  // enough to be the bottleneck (the members' and groups' shares are not sized for the curve).
+  c.cluster.kinds[0].device.rate_curve = {
+      {kSeq / 8.0, kSeq / 4.0, kSeq / 2.0}, {0.3, 0.6, 1.0}, {0.2, 0.2, 1.0}};
+  const FidelityStats stats = RunCase(c, 24, 11, /*equal_blocks=*/true, 0.6);
+  EXPECT_LE(stats.mean_error, 0.05) << c.name << ": " << stats.worst_term;
+  EXPECT_LE(std::abs(stats.max_error), 0.10) << c.name << ": " << stats.worst_term;
+  EXPECT_GE(stats.tau, 0.8) << c.name;
+}
+
 // Where the two models legitimately part (reported, bounded): sub-ring blocks of unequal size
 // travel store-and-forward, so the chain takes about (steps - 1) x the largest block's hop, which
 // the analytical ring term (each primary's total bytes / bandwidth) does not see; and groups of

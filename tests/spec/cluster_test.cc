@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <random>
 #include <set>
@@ -228,6 +229,58 @@ TEST(ClusterTest, EfficiencyOverridesAndTotalFlops) {
   // Closed form: 16 x 989 TFLOPS x 0.5 + 16 x 312 TFLOPS x 0.85.
   EXPECT_NEAR(cluster->TotalGemmFlops(), 16 * 989e12 * 0.5 + 16 * 312e12 * 0.85, 1e3);
   EXPECT_NEAR(cluster->TotalAttentionFlops(), 16 * 989e12 * 0.4 + 16 * 312e12 * 0.65, 1e3);
+}
+
+TEST(ClusterTest, RateCurveIsReadAndInterpolated) {
+  auto cluster = Parse(
+      "nodes:\n"
+      "  - {gpu: L4, count: 1, gpus_per_node: 2,\n"
+      "     rate_curve: {tokens: [256, 1024], gemm: [0.5, 1], attention: [0.8, 1.2]}}\n"
+      "  - {gpu: L4, count: 1, gpus_per_node: 2}\n");
+  ASSERT_TRUE(cluster) << cluster.error().message;
+  ASSERT_EQ(cluster->kinds.size(), 2u) << "a kind with a curve is not merged with one without";
+  const DeviceSpec& curved = cluster->device(0);
+  const DeviceSpec& plain = cluster->device(2);
+  // Held before the first point and past the last; linear in log(tokens) between: 512 tokens is
+  // half way from 256 to 1024.
+  EXPECT_DOUBLE_EQ(curved.GemmFlopsAt(100), 0.5 * curved.GemmFlops());
+  EXPECT_DOUBLE_EQ(curved.GemmFlopsAt(512), 0.75 * curved.GemmFlops());
+  EXPECT_DOUBLE_EQ(curved.GemmFlopsAt(1 << 20), curved.GemmFlops());
+  EXPECT_DOUBLE_EQ(curved.AttentionFlopsAt(512), 1.0 * curved.AttentionFlops());
+  EXPECT_DOUBLE_EQ(curved.AttentionFlopsAt(2048), 1.2 * curved.AttentionFlops());
+  EXPECT_NEAR(curved.GemmFlopsAt(256 * std::pow(4.0, 0.25)), 0.625 * curved.GemmFlops(), 1e-3);
+  EXPECT_DOUBLE_EQ(plain.GemmFlopsAt(1), plain.GemmFlops());
+  EXPECT_DOUBLE_EQ(plain.AttentionFlopsAt(1e9), plain.AttentionFlops());
+  EXPECT_DOUBLE_EQ(RateCurve::Largest(curved.rate_curve.attention), 1.2);
+  EXPECT_DOUBLE_EQ(RateCurve::Largest(plain.rate_curve.gemm), 1.0);
+}
+
+TEST(ClusterTest, BadRateCurves) {
+  const std::string kind = "nodes:\n  - {gpu: L4, count: 1, gpus_per_node: 2, rate_curve: ";
+  ExpectError(kind + "{tokens: [256, 512], gemm: [1, 1]}}\n",
+              {"c.yaml: nodes[0].rate_curve.attention: missing (rule: a list of one number per "
+               "point of rate_curve.tokens (2); hint: write rate_curve: {tokens: [256, 512, "
+               "1024]"});
+  ExpectError(
+      kind + "{tokens: [256, 512], gemm: [1], attention: [1, 1]}}\n",
+      {"c.yaml: nodes[0].rate_curve.gemm: has 1 number (rule: a list of one number per point"});
+  ExpectError(kind + "{tokens: [512, 256], gemm: [1, 1], attention: [1, 1]}}\n",
+              {"c.yaml: nodes[0].rate_curve.tokens[1] = 256: not above the point before (rule: "
+               "shard sizes in tokens per rank, increasing"});
+  ExpectError(kind + "{tokens: [256, 512], gemm: [1, 5], attention: [1, 1]}}\n",
+              {"c.yaml: nodes[0].rate_curve.gemm[1] = 5: too large (rule: the rate at each point "
+               "as a multiple of the kind's rate, in (0, 4]"});
+  ExpectError(kind + "{tokens: [256, 512], gemm: [1, 0], attention: [1, 1]}}\n",
+              {"c.yaml: nodes[0].rate_curve.gemm[1] = 0: must be > 0"});
+  ExpectError(kind + "{tokens: 256, gemm: [1], attention: [1]}}\n",
+              {"c.yaml: nodes[0].rate_curve.tokens: not a list"});
+  ExpectError(kind + "{tokens: [], gemm: [], attention: []}}\n",
+              {"c.yaml: nodes[0].rate_curve.tokens: has 0 numbers (rule: a list of 1 to 64 shard "
+               "sizes"});
+  ExpectError(kind + "{tokens: [0.5], gemm: [1], attention: [1]}}\n",
+              {"c.yaml: nodes[0].rate_curve.tokens[0] = 0.5: outside [1, 2^31]"});
+  ExpectError(kind + "{tokens: [256], gemm: [1], attention: [1], flops: [1]}}\n",
+              {"c.yaml: nodes[0].rate_curve.flops: unknown key \"flops\""});
 }
 
 TEST(ClusterTest, JsonIsAccepted) {

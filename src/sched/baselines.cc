@@ -355,6 +355,18 @@ StrategyResult UspBaseline(const Problem& problem, const Deadline& deadline) {
                           UspWithin("usp", deadline), deadline);
 }
 
+namespace {
+
+// Re-splits of hetero-ring by the rates at each rank's shard (rate curves only).
+constexpr int kRateCurveRounds = 3;
+
+bool HasRateCurves(const Cluster& cluster) {
+  return std::any_of(cluster.kinds.begin(), cluster.kinds.end(),
+                     [](const NodeKind& kind) { return !kind.device.rate_curve.empty(); });
+}
+
+}  // namespace
+
 StrategyResult HeteroRingBaseline(const Problem& problem, const Deadline& deadline) {
   const CostModel model(problem);
   const Cluster& c = model.cluster();
@@ -369,6 +381,19 @@ StrategyResult HeteroRingBaseline(const Problem& problem, const Deadline& deadli
     return plan;
   };
   StrategyResult best = Score(model, build(weights), "speed-proportional");
+  // With calibrated rate curves a rank's speed depends on its shard: split again by each rank's
+  // rate at the shard the last split gave it, a few rounds, keeping the fastest plan.
+  std::vector<double> rated = weights;
+  for (int round = 0; round < kRateCurveRounds && HasRateCurves(c) && !deadline.Expired();
+       ++round) {
+    const std::vector<Ranges> shards = ZigzagSplit(model.workload().seq_len, rated);
+    for (int r = 0; r < n; ++r) rated[r] = model.AttentionRate(r, TotalTokens(shards[r]));
+    StrategyResult next = Score(model, build(rated), "speed-proportional at each rank's shard");
+    if (next.cost.feasible && next.cost.iteration_seconds < best.cost.iteration_seconds) {
+      best = std::move(next);
+      weights = rated;
+    }
+  }
   // Memory cap: shrink the shards of ranks over capacity (activations grow with tokens) and
   // hand the rest to the others; a few rounds converge.
   for (int round = 0; round < 8 && !best.cost.feasible && !deadline.Expired(); ++round) {

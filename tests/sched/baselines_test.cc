@@ -117,5 +117,32 @@ TEST(Baselines, SubsetLeavesSlowTypesOut) {
   EXPECT_NE(r.config.find("H100-SXM"), std::string::npos);
 }
 
+// With a rate curve a rank's speed depends on its shard: hetero-ring splits again by each rank's
+// rate at the shard it got, so the slow rank (whose small shard runs at 0.5x) gets less than the
+// split by the plain rates gives it, and the plan is faster.
+TEST(Baselines, HeteroRingSplitsByTheRateAtEachRanksShard) {
+  auto h100 = DeviceCatalog().Find("H100-SXM", "test");
+  auto a100 = DeviceCatalog().Find("A100-SXM-80G", "test");
+  auto model = LoadModel("llama3.2-3b");
+  ASSERT_TRUE(h100 && a100 && model);
+  Workload w;
+  w.seq_len = 65536;
+  const Cluster plain = MakeCluster({*h100, *a100}, {1, 1}, 1, 25e9);
+  Cluster curved = plain;
+  curved.kinds[1].device.rate_curve = {{8192, 32768}, {1.0, 1.0}, {0.5, 1.0}};
+  const StrategyResult by_plain_rates = HeteroRingBaseline(Problem{plain, *model, w});
+  const StrategyResult by_curve = HeteroRingBaseline(Problem{curved, *model, w});
+  ASSERT_TRUE(by_plain_rates.applicable && by_curve.applicable);
+  ASSERT_TRUE(by_plain_rates.cost.feasible && by_curve.cost.feasible);
+  const int64_t slow_tokens_plain = TotalTokens(by_plain_rates.plan.groups[1].tokens);
+  const int64_t slow_tokens_curve = TotalTokens(by_curve.plan.groups[1].tokens);
+  EXPECT_LT(slow_tokens_curve, slow_tokens_plain);
+  EXPECT_NE(by_curve.config.find("at each rank's shard"), std::string::npos) << by_curve.config;
+  // The plain split, scored on the curved cluster, is slower than the re-split one.
+  const CostModel curved_model(curved, *model, w);
+  EXPECT_LT(by_curve.cost.iteration_seconds,
+            curved_model.Evaluate(by_plain_rates.plan).iteration_seconds);
+}
+
 }  // namespace
 }  // namespace hexiseq

@@ -184,8 +184,8 @@ class CostModel {
 
   // The aggregate-compute bound: the least time in which the cluster's devices could do the
   // iteration's linear and attention FLOPs at their effective rates (a device with a rate curve
-  // at its fastest point), each device free to split
-  // its time between the two kinds (a fractional-knapsack LP). Ignores communication and memory.
+  // at its fastest point), each device free to split its time between the two kinds (a
+  // fractional-knapsack LP). Ignores communication and memory.
   double IdealIterationSeconds() const;
   double IdealTokensPerSecond() const;
 

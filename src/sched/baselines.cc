@@ -384,8 +384,8 @@ StrategyResult HeteroRingBaseline(const Problem& problem, const Deadline& deadli
   // With calibrated rate curves a rank's speed depends on its shard: split again by each rank's
   // rate at the shard the last split gave it, a few rounds, keeping the fastest plan.
   std::vector<double> rated = weights;
-  for (int round = 0; round < kRateCurveRounds && HasRateCurves(c) && !deadline.Expired();
-       ++round) {
+  const int rate_curve_rounds = HasRateCurves(c) ? kRateCurveRounds : 0;
+  for (int round = 0; round < rate_curve_rounds && !deadline.Expired(); ++round) {
     const std::vector<Ranges> shards = ZigzagSplit(model.workload().seq_len, rated);
     for (int r = 0; r < n; ++r) rated[r] = model.AttentionRate(r, TotalTokens(shards[r]));
     StrategyResult next = Score(model, build(rated), "speed-proportional at each rank's shard");

@@ -14,7 +14,6 @@
 namespace hexiseq {
 
 double RateCurve::Factor(const std::vector<double>& factors, double shard_tokens) const {
-  if (tokens.empty()) return 1.0;
   if (shard_tokens <= tokens.front()) return factors.front();
   if (shard_tokens >= tokens.back()) return factors.back();
   const size_t upper =

@@ -32,6 +32,7 @@ struct RateCurve {
   bool operator==(const RateCurve&) const = default;
 
  private:
+  // REQUIRES: !empty().
   double Factor(const std::vector<double>& factors, double shard_tokens) const;
 };
 

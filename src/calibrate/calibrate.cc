@@ -47,8 +47,6 @@ RankMeasurement Unpack(const double* packed, size_t points, int rank, std::strin
       curve->push_back(RatePoint{static_cast<int64_t>(cursor[0]), cursor[1], cursor[2]});
     }
   }
-  out.gemm_rate = out.gemm.back().flops_per_second();
-  out.attention_rate = out.attention.back().flops_per_second();
   return out;
 }
 
@@ -77,6 +75,21 @@ double PhysicalMemoryBytes() {
 }  // namespace
 
 namespace internal {
+
+int PointAt(const std::vector<RatePoint>& curve, int64_t tokens) {
+  for (size_t point = 0; point < curve.size(); ++point) {
+    if (curve[point].tokens == tokens) return static_cast<int>(point);
+  }
+  return -1;
+}
+
+void ReadEvenSplitRates(RankMeasurement& rank, int64_t even_shard) {
+  const int gemm = PointAt(rank.gemm, even_shard), attention = PointAt(rank.attention, even_shard);
+  HEXISEQ_CHECK(gemm >= 0 && attention >= 0, "both curves hold a point at the even split");
+  rank.gemm_rate = rank.gemm[gemm].flops_per_second();
+  rank.attention_rate = rank.attention[attention].flops_per_second();
+}
+
 namespace {
 
 bool Positive(double value) { return std::isfinite(value) && value > 0; }
@@ -173,14 +186,19 @@ Result<Calibration> RunCalibration(runtime::Comm& world, const CalibrateOptions&
   const LinearProbe linear_probe =
       options.linear_probe ? options.linear_probe : &internal::TimeLayerGemms;
   calibration.linear_probe = options.linear_probe ? options.linear_probe_name : kGemmProbeName;
-  for (int64_t tokens : internal::ProbeSizes(calibration.even_shard_tokens)) {
+  const int64_t even = calibration.even_shard_tokens;
+  for (int64_t tokens : internal::ProbeSizes(even, options.seq_len)) {
     world.Barrier();  // every rank computes at the same time, as in training
     mine.gemm.push_back(linear_probe(options.model, options.recompute, tokens, options.repeats));
     world.Barrier();
-    mine.attention.push_back(
-        internal::TimeAttentionBlocks(options.model, options.recompute, tokens, options.repeats));
+    mine.attention.push_back(internal::TimeAttentionBlocks(
+        options.model, options.recompute, tokens,
+        internal::ProbeQueryHeads(options.model, even, tokens), options.repeats));
   }
   calibration.ranks = GatherRanks(world, mine);
+  for (RankMeasurement& rank : calibration.ranks) {
+    internal::ReadEvenSplitRates(rank, calibration.even_shard_tokens);
+  }
   for (const RankMeasurement& rank : calibration.ranks) {
     if (rank.slowdown > 1)
       calibration.slowdown_padding = runtime::PadModeName(runtime::CurrentPadMode());

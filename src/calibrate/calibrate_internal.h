@@ -17,8 +17,20 @@ double Median(std::vector<double> values);
 int ProbeRuns(int repeats, double warm_up_seconds);
 
 // Shard sizes the compute probes time: a quarter, a half and all of the even split, each at
-// least a few kernel rows; sorted, distinct, the last one is `even_shard`.
-std::vector<int64_t> ProbeSizes(int64_t even_shard);
+// least a few kernel rows, then twice, four times, ... the even split up to the whole sequence
+// (`seq_len`, the last point; a group's query tokens or a subset rank's shard can be that large).
+// Sorted and distinct; `even_shard` is one of them. REQUIRES: even_shard <= seq_len.
+std::vector<int64_t> ProbeSizes(int64_t even_shard, int64_t seq_len);
+// Query heads of the attention probe at `tokens`: every head up to the even split; above it the
+// share a head-parallel group of that many tokens gives each member, heads x even_shard / tokens
+// (at least 1), as Ulysses over tokens / even_shard ranks does. The work per point stays near the
+// even split's.
+int ProbeQueryHeads(const ModelSpec& model, int64_t even_shard, int64_t tokens);
+// Index of the point at `tokens` in `curve`, or -1 when there is none.
+int PointAt(const std::vector<RatePoint>& curve, int64_t tokens);
+// Sets rank.gemm_rate and attention_rate to its curves' rates at `even_shard` tokens.
+// REQUIRES: both curves hold a point there.
+void ReadEvenSplitRates(RankMeasurement& rank, int64_t even_shard);
 
 // How the cost model weighs a forward and a backward pass for `recompute` (CostConstants): the
 // FLOPs it charges are forward x (1 + backward_factor + recompute_passes), and the trainer's time
@@ -33,10 +45,11 @@ PassWeights AttentionWeights(Recompute recompute);
 // One layer's GEMMs at `tokens` rows (forward Y = X W^T; backward dX = dY W and dW = dY^T X),
 // each timed call inside a --slowdown compute region.
 RatePoint TimeLayerGemms(const ModelSpec& model, Recompute recompute, int64_t tokens, int repeats);
-// Attention of `tokens` queries over their own causal block and one earlier full block of the
-// same size, forward then backward, with the runtime's kernels.
+// Attention of `tokens` queries of `query_heads` heads (and the KV heads they read) over their own
+// causal block and one earlier full block of the same size, forward then backward, with the
+// runtime's kernels. REQUIRES: 1 <= query_heads <= model.heads.
 RatePoint TimeAttentionBlocks(const ModelSpec& model, Recompute recompute, int64_t tokens,
-                              int repeats);
+                              int query_heads, int repeats);
 
 // Bytes of one ring K/V block at the even split: K and V of `shard` tokens, every KV head, fp32.
 int64_t KvBlockBytes(const ModelSpec& model, int64_t shard);

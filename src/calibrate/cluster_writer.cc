@@ -92,7 +92,7 @@ constexpr double kUnusedBytesPerSecond = 1e9, kUnusedLatencySeconds = 1e-6;
 
 // A kind's `rate_curve:` (the cost model reads each rank's rates at its own shard from it): per
 // probe size, the group's mean measured rate over its rate at the even split (`gemm`,
-// `attention`; so the last point, the even split, is 1). Empty when the curve has one point.
+// `attention`; so the even split's point is 1). Empty when the curve has one point.
 std::string RateCurveYaml(const Calibration& calibration, const KindGroup& group, double gemm,
                           double attention) {
   const RankMeasurement& first = calibration.ranks[group.first_rank];
@@ -110,7 +110,8 @@ std::string RateCurveYaml(const Calibration& calibration, const KindGroup& group
     gemm_list += separator + Number(gemm_at / gemm);
     attention_list += separator + Number(attention_at / attention);
   }
-  return "    # rates at shard sizes below the even split, as multiples of the rates above\n"
+  return "    # rates at other sizes (a rank's tokens for GEMMs, its group's for attention), as "
+         "multiples of the rates above\n"
          "    rate_curve: {tokens: [" +
          tokens_list + "], gemm: [" + gemm_list + "], attention: [" + attention_list + "]}\n";
 }
@@ -177,7 +178,7 @@ std::string ClusterYaml(const Calibration& calibration, const CalibrateOptions& 
       ", S = " + std::to_string(calibration.seq_len) + ", " +
       std::to_string(calibration.num_ranks) + " ranks; rates read at the even split of " +
       std::to_string(calibration.even_shard_tokens) +
-      " tokens per rank,\n# rate_curve: the rates at smaller shards.\n"
+      " tokens per rank,\n# rate_curve: the rates at other sizes, from S / 4N up to S.\n"
       "# GEMM rate probe: " +
       calibration.linear_probe +
       ".\n"

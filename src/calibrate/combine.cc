@@ -100,8 +100,6 @@ Result<RankMeasurement> ReadRank(const SidecarReader& reader, const json& value,
   HEXISEQ_TRY(attention, ReadCurve(reader, value, where, "attention_curve"));
   rank.gemm = std::move(gemm);
   rank.attention = std::move(attention);
-  rank.gemm_rate = rank.gemm.back().flops_per_second();
-  rank.attention_rate = rank.attention.back().flops_per_second();
   return rank;
 }
 
@@ -199,6 +197,15 @@ Result<Calibration> ReadDocument(const SidecarReader& reader, const json& docume
       return InvalidArgument(StrCat("ranks[", rank, "].rank = ", out.ranks[rank].rank, ": must be ",
                                     rank, " (", kSidecarRule, ")"));
     }
+    for (const auto& [name, curve] : {std::pair{"gemm_curve", &out.ranks[rank].gemm},
+                                      std::pair{"attention_curve", &out.ranks[rank].attention}}) {
+      if (internal::PointAt(*curve, out.even_shard_tokens) < 0) {
+        return InvalidArgument(StrCat("ranks[", rank, "].", name, " has no point at ",
+                                      out.even_shard_tokens, " tokens: must hold one at ",
+                                      "even_shard_tokens (", kSidecarRule, ")"));
+      }
+    }
+    internal::ReadEvenSplitRates(out.ranks[rank], out.even_shard_tokens);
   }
   for (size_t index = 0; index < out.pairs.size(); ++index) {
     const PairMeasurement& pair = out.pairs[index];
@@ -267,8 +274,7 @@ void CombineRanks(const std::vector<Calibration>& runs, Calibration& out) {
         });
       }
     }
-    rank.gemm_rate = rank.gemm.back().flops_per_second();
-    rank.attention_rate = rank.attention.back().flops_per_second();
+    internal::ReadEvenSplitRates(rank, out.even_shard_tokens);
     for (const Calibration& run : runs) {
       rank.gemm_rate_runs.push_back(run.ranks[rank.rank].gemm_rate);
       rank.attention_rate_runs.push_back(run.ranks[rank.rank].attention_rate);

@@ -18,6 +18,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kMinProbeTokens = 32;       // the smallest point of a curve
 constexpr int kProbeFractions[] = {4, 2, 1};  // shard / 4, shard / 2, shard
+constexpr int kProbeGrowth = 2;               // above the even split: x 2, x 4, ... up to S
 constexpr double kMinPointSeconds = 0.2;      // timed seconds per point, at least
 constexpr int kMaxRepeats = 50;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -95,14 +96,22 @@ int ProbeRuns(int repeats, double warm_up_seconds) {
                     std::max(repeats, kMaxRepeats));
 }
 
-std::vector<int64_t> ProbeSizes(int64_t even_shard) {
+std::vector<int64_t> ProbeSizes(int64_t even_shard, int64_t seq_len) {
   std::vector<int64_t> sizes;
   for (int fraction : kProbeFractions) {
     const int64_t tokens = std::max(kMinProbeTokens, even_shard / fraction);
     if (sizes.empty() || sizes.back() != tokens) sizes.push_back(tokens);
   }
   sizes.back() = even_shard;
+  for (int64_t tokens = even_shard * kProbeGrowth; sizes.back() < seq_len; tokens *= kProbeGrowth) {
+    sizes.push_back(std::min(tokens, seq_len));
+  }
   return sizes;
+}
+
+int ProbeQueryHeads(const ModelSpec& model, int64_t even_shard, int64_t tokens) {
+  if (tokens <= even_shard) return model.heads;
+  return static_cast<int>(std::max<int64_t>(1, model.heads * even_shard / tokens));
 }
 
 PassWeights LinearWeights(const ModelSpec& model, Recompute recompute) {
@@ -156,8 +165,10 @@ RatePoint TimeLayerGemms(const ModelSpec& model, Recompute recompute, int64_t to
 }
 
 RatePoint TimeAttentionBlocks(const ModelSpec& model, Recompute recompute, int64_t tokens,
-                              int repeats) {
-  const int heads = model.heads, kv_heads = model.kv_heads, head_dim = model.head_dim;
+                              int query_heads, int repeats) {
+  HEXISEQ_CHECK(query_heads >= 1 && query_heads <= model.heads, "1 <= query_heads <= heads");
+  const int heads = query_heads, head_dim = model.head_dim;
+  const int kv_heads = (heads + model.heads_per_kv() - 1) / model.heads_per_kv();
   const int64_t query_floats = tokens * head_dim;
   std::vector<int64_t> query_positions(tokens), key_positions[2];
   for (int64_t row = 0; row < tokens; ++row) query_positions[row] = tokens + row;

@@ -27,10 +27,20 @@ ModelSpec Tiny() {  // examples/models/tiny.yaml
   return model;
 }
 
-TEST(CalibrateProbes, SizesAreFractionsOfTheEvenSplit) {
-  EXPECT_EQ(internal::ProbeSizes(2048), (std::vector<int64_t>{512, 1024, 2048}));
-  EXPECT_EQ(internal::ProbeSizes(128), (std::vector<int64_t>{32, 64, 128}));
-  EXPECT_EQ(internal::ProbeSizes(130), (std::vector<int64_t>{32, 65, 130}));
+TEST(CalibrateProbes, SizesRunFromAQuarterOfTheEvenSplitToTheWholeSequence) {
+  EXPECT_EQ(internal::ProbeSizes(2048, 4096), (std::vector<int64_t>{512, 1024, 2048, 4096}));
+  EXPECT_EQ(internal::ProbeSizes(128, 1024), (std::vector<int64_t>{32, 64, 128, 256, 512, 1024}));
+  EXPECT_EQ(internal::ProbeSizes(130, 390), (std::vector<int64_t>{32, 65, 130, 260, 390}));
+  EXPECT_EQ(internal::ProbeSizes(2048, 2048), (std::vector<int64_t>{512, 1024, 2048}));
+}
+
+TEST(CalibrateProbes, AboveTheEvenSplitTheAttentionProbeTakesAUlyssesMembersHeads) {
+  // Tiny: 8 heads. Every head up to the even split; above it heads x even / tokens, at least 1.
+  EXPECT_EQ(internal::ProbeQueryHeads(Tiny(), 128, 64), 8);
+  EXPECT_EQ(internal::ProbeQueryHeads(Tiny(), 128, 128), 8);
+  EXPECT_EQ(internal::ProbeQueryHeads(Tiny(), 128, 256), 4);
+  EXPECT_EQ(internal::ProbeQueryHeads(Tiny(), 130, 390), 2);
+  EXPECT_EQ(internal::ProbeQueryHeads(Tiny(), 128, 2048), 1);
 }
 
 TEST(CalibrateProbes, GemmFlopsAreTheCostModelsLinearFlops) {
@@ -62,9 +72,13 @@ TEST(CalibrateProbes, AttentionFlopsCountTheCausalAndTheFullBlock) {
   // 4 d H pairs forward, x (1 + 2.5 + 1) with full recompute.
   const int64_t s = 64;
   const double pairs = s * s + s * (s + 1) / 2.0;
-  const RatePoint point = internal::TimeAttentionBlocks(Tiny(), Recompute::kFull, s, 1);
+  const RatePoint point = internal::TimeAttentionBlocks(Tiny(), Recompute::kFull, s, 8, 1);
   EXPECT_DOUBLE_EQ(point.flops, 4.0 * 8 * 8 * pairs * 4.5);
   EXPECT_GT(point.seconds, 0);
+  // Three of the eight heads (they read two of the two KV heads): three heads' FLOPs.
+  const RatePoint three = internal::TimeAttentionBlocks(Tiny(), Recompute::kFull, s, 3, 1);
+  EXPECT_DOUBLE_EQ(three.flops, 4.0 * 8 * 3 * pairs * 4.5);
+  EXPECT_GT(three.seconds, 0);
 }
 
 CalibrateOptions Options(int64_t seq) {
@@ -107,12 +121,14 @@ TEST(CalibrateOptionsCheck, HostListMustNameEveryRank) {
   EXPECT_FALSE(CheckOptions(options, 2).has_value());
 }
 
+constexpr int64_t kEvenShard = 1365;  // ThreeRanks: S = 4096 over 3 ranks
+
 RankMeasurement Rank(int rank, std::string host, double gemm, double attention) {
   RankMeasurement out;
   out.rank = rank;
   out.host = std::move(host);
-  out.gemm = {RatePoint{512, gemm, 1.0}};
-  out.attention = {RatePoint{512, attention, 1.0}};
+  out.gemm = {RatePoint{kEvenShard, gemm, 1.0}};
+  out.attention = {RatePoint{kEvenShard, attention, 1.0}};
   out.gemm_rate = gemm;
   out.attention_rate = attention;
   return out;
@@ -134,7 +150,7 @@ Calibration ThreeRanks() {
   calibration.model_name = "tiny";
   calibration.seq_len = 4096;
   calibration.num_ranks = 3;
-  calibration.even_shard_tokens = 1365;
+  calibration.even_shard_tokens = kEvenShard;
   calibration.host_memory_bytes = 12.0 * (1 << 30);
   calibration.ranks = {Rank(0, "a", 10e9, 5e9), Rank(1, "a", 10.5e9, 5.1e9),
                        Rank(2, "a", 5e9, 2.5e9)};
@@ -182,20 +198,27 @@ TEST(CalibrateClusterFile, LoadsBackWithTheMeasuredFigures) {
 }
 
 // A kind's rate curve: per probe size, the kind's mean rate there over its rate at the even split
-// (the last point), which the cost model reads at each rank's shard.
+// (a middle point), which the cost model reads at each rank's shard and each group's tokens.
 TEST(CalibrateClusterFile, CarriesEachKindsRateCurve) {
   Calibration calibration = ThreeRanks();
   for (RankMeasurement& rank : calibration.ranks) {
-    // Two points below the even split: GEMM at 0.8x and 0.9x, attention at 0.5x and 0.75x.
-    rank.gemm = {RatePoint{341, 0.8 * rank.gemm_rate, 1.0},
-                 RatePoint{682, 0.9 * rank.gemm_rate, 1.0}, RatePoint{1365, rank.gemm_rate, 1.0}};
-    rank.attention = {RatePoint{341, 0.5 * rank.attention_rate, 1.0},
-                      RatePoint{682, 0.75 * rank.attention_rate, 1.0},
-                      RatePoint{1365, rank.attention_rate, 1.0}};
+    // Two points below the even split (GEMM at 0.8x and 0.9x, attention at 0.5x and 0.75x) and
+    // two above it (GEMM at 1.1x and 1.2x, attention at 1.05x and 0.9x).
+    const double gemm = rank.gemm_rate, attention = rank.attention_rate;
+    rank.gemm = {RatePoint{341, 0.8 * gemm, 1.0}, RatePoint{682, 0.9 * gemm, 1.0},
+                 RatePoint{1365, gemm, 1.0}, RatePoint{2730, 1.1 * gemm, 1.0},
+                 RatePoint{4096, 1.2 * gemm, 1.0}};
+    rank.attention = {RatePoint{341, 0.5 * attention, 1.0}, RatePoint{682, 0.75 * attention, 1.0},
+                      RatePoint{1365, attention, 1.0}, RatePoint{2730, 1.05 * attention, 1.0},
+                      RatePoint{4096, 0.9 * attention, 1.0}};
+    rank.gemm_rate = rank.attention_rate = 0;  // read back from the curves at the even split
+    internal::ReadEvenSplitRates(rank, kEvenShard);
+    EXPECT_DOUBLE_EQ(rank.gemm_rate, gemm);
+    EXPECT_DOUBLE_EQ(rank.attention_rate, attention);
   }
   const std::string yaml = ClusterYaml(calibration, Options(4096), "measured");
-  EXPECT_NE(yaml.find("rate_curve: {tokens: [341, 682, 1365], gemm: [0.8, 0.9, 1], "
-                      "attention: [0.5, 0.75, 1]}"),
+  EXPECT_NE(yaml.find("rate_curve: {tokens: [341, 682, 1365, 2730, 4096], "
+                      "gemm: [0.8, 0.9, 1, 1.1, 1.2], attention: [0.5, 0.75, 1, 1.05, 0.9]}"),
             std::string::npos)
       << yaml;
   auto cluster = ParseCluster(yaml, "measured.yaml", DeviceCatalog());
@@ -203,7 +226,9 @@ TEST(CalibrateClusterFile, CarriesEachKindsRateCurve) {
   const double rel = 1e-8;
   EXPECT_NEAR(cluster->device(2).GemmFlopsAt(341), 0.8 * 5e9, rel * 5e9);
   EXPECT_NEAR(cluster->device(2).AttentionFlopsAt(682), 0.75 * 2.5e9, rel * 2.5e9);
-  EXPECT_NEAR(cluster->device(0).AttentionFlopsAt(4096), 5.05e9, rel * 5.05e9);
+  EXPECT_NEAR(cluster->device(2).GemmFlopsAt(4096), 1.2 * 5e9, rel * 5e9);
+  EXPECT_NEAR(cluster->device(0).AttentionFlopsAt(2730), 1.05 * 5.05e9, rel * 5.05e9);
+  EXPECT_NEAR(cluster->device(0).AttentionFlopsAt(8192), 0.9 * 5.05e9, rel * 5.05e9);
   // One point (ThreeRanks as measured): no curve.
   EXPECT_EQ(ClusterYaml(ThreeRanks(), Options(4096), "m").find("rate_curve: {"), std::string::npos);
 }
@@ -225,8 +250,9 @@ TEST(CalibrateChecks, AFailedMeasurementIsAnErrorNotAZero) {
   calibration.ranks[1].attention[0].seconds = 0;
   auto zero = internal::CheckMeasured(calibration.ranks, calibration.pairs);
   ASSERT_FALSE(zero.has_value());
-  EXPECT_NE(zero.error().message.find("rank 1 (a): the attention probe at 512 tokens measured 0 s"),
-            std::string::npos)
+  EXPECT_NE(
+      zero.error().message.find("rank 1 (a): the attention probe at 1365 tokens measured 0 s"),
+      std::string::npos)
       << zero.error().message;
   calibration = ThreeRanks();
   calibration.pairs[2].bytes_per_second = std::nan("");
@@ -381,6 +407,14 @@ TEST(CalibrateSidecar, BadFilesAreClearErrors) {
                                        "ranks below num_ranks = 3"),
             std::string::npos)
       << stray.error().message;
+  document = nlohmann::json::parse(CalibrationJson(Slower(1.0)));
+  document["ranks"][2]["gemm_curve"][0]["tokens"] = 1366;  // no point at the even split
+  auto no_even = ParseCalibrationJson(document.dump(), "x.json");
+  ASSERT_FALSE(no_even.has_value());
+  EXPECT_NE(no_even.error().message.find("x.json: ranks[2].gemm_curve has no point at 1365 tokens: "
+                                         "must hold one at even_shard_tokens"),
+            std::string::npos)
+      << no_even.error().message;
   auto absent = ReadCalibrationFile("/nonexistent/x.measurements.json");
   ASSERT_FALSE(absent.has_value());
   EXPECT_NE(absent.error().message.find("/nonexistent/x.measurements.json"), std::string::npos);

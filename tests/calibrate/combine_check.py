@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 
-SIZES = [256, 512, 1024]
+SIZES = [256, 512, 1024, 2048]  # S / 4N ... S; the even split is 1024
 
 
 def curve(flops_per_token, rate):

@@ -58,12 +58,14 @@ train::PhaseSeconds SlowestPhases(const std::vector<RankPhases>& ranks) {
 std::string RankPhasesJson(const std::vector<RankPhases>& ranks) {
   std::string json = "[";
   for (const RankPhases& rank : ranks) {
-    char buffer[192];
+    char buffer[320];
     std::snprintf(buffer, sizeof buffer,
-                  "%s{\"rank\": %d, \"compute_seconds\": %.6f, \"attention_comm_seconds\": %.6f, "
+                  "%s{\"rank\": %d, \"compute_seconds\": %.6f, \"linear_seconds\": %.6f, "
+                  "\"attention_compute_seconds\": %.6f, \"attention_comm_seconds\": %.6f, "
                   "\"grad_sync_seconds\": %.6f}",
                   json.size() > 1 ? ", " : "", rank.world_rank, Compute(rank.phases),
-                  AttentionComm(rank.phases), rank.phases.grad_sync);
+                  rank.phases.linear, rank.phases.attention_compute, AttentionComm(rank.phases),
+                  rank.phases.grad_sync);
     json += buffer;
   }
   return json + "]";

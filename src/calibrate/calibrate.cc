@@ -27,7 +27,7 @@ std::string MyHost(const CalibrateOptions& options, int rank) {
 
 // One rank's figures as doubles, so that every rank can all-gather every rank's figures.
 std::vector<double> Pack(const RankMeasurement& mine) {
-  std::vector<double> packed = {mine.slowdown};
+  std::vector<double> packed = {mine.slowdown, mine.optimizer.params, mine.optimizer.seconds};
   for (const auto* curve : {&mine.gemm, &mine.attention}) {
     for (const RatePoint& point : *curve) {
       packed.insert(packed.end(), {static_cast<double>(point.tokens), point.flops, point.seconds});
@@ -41,7 +41,8 @@ RankMeasurement Unpack(const double* packed, size_t points, int rank, std::strin
   out.rank = rank;
   out.host = std::move(host);
   out.slowdown = packed[0];
-  const double* cursor = packed + 1;
+  out.optimizer = {packed[1], packed[2]};
+  const double* cursor = packed + 3;
   for (auto* curve : {&out.gemm, &out.attention}) {
     for (size_t point = 0; point < points; ++point, cursor += 3) {
       curve->push_back(RatePoint{static_cast<int64_t>(cursor[0]), cursor[1], cursor[2]});
@@ -116,6 +117,12 @@ Result<void> CheckMeasured(const std::vector<RankMeasurement>& ranks,
                                  "; hint: rerun; check that the rank's process was not stopped)"));
         }
       }
+    }
+    if (!Positive(rank.optimizer.seconds) || !Positive(rank.optimizer.params)) {
+      return Internal(StrCat("calibrate: rank ", rank.rank, " (", rank.host,
+                             "): the optimizer probe measured ", rank.optimizer.seconds, " s for ",
+                             rank.optimizer.params, " parameters (", rule,
+                             "; hint: rerun; check that the rank's process was not stopped)"));
     }
   }
   for (const PairMeasurement& pair : pairs) {
@@ -195,6 +202,12 @@ Result<Calibration> RunCalibration(runtime::Comm& world, const CalibrateOptions&
         options.model, options.recompute, tokens,
         internal::ProbeQueryHeads(options.model, even, tokens), options.repeats));
   }
+  world.Barrier();
+  mine.optimizer = options.optimizer_probe
+                       ? options.optimizer_probe(options.model, options.repeats)
+                       : internal::TimeAdamWLoop(options.model, options.repeats);
+  calibration.optimizer_probe =
+      options.optimizer_probe ? options.optimizer_probe_name : kAdamWLoopProbeName;
   calibration.ranks = GatherRanks(world, mine);
   for (RankMeasurement& rank : calibration.ranks) {
     internal::ReadEvenSplitRates(rank, calibration.even_shard_tokens);

@@ -9,6 +9,10 @@
 //            up); the rate at the even split S / N is each kind's rate, the curve below it is
 //            its `rate_curve` (the cost model reads a rank's rates at its own shard), and every
 //            point goes to the sidecar JSON.
+//   optimizer: each rank times one optimizer step over the model's parameters (an OptimizerProbe:
+//            the trainer's gradient clipping and AdamW step, else a plain AdamW loop), written
+//            as the kind's memory bandwidth (hbm_bandwidth), which the cost model's
+//            CostModel::OptimizerStepSeconds charges the step at.
 //   links:   every pair of ranks ping-pongs a few message sizes (latency = half the round trip of
 //            the smallest, bandwidth from the largest); all ranks then run all-to-alls, reported
 //            against the alpha-beta prediction of the pairwise figures.
@@ -39,6 +43,16 @@ struct RatePoint;
 using LinearProbe = RatePoint (*)(const ModelSpec& model, Recompute recompute, int64_t tokens,
                                   int repeats);
 
+// One optimizer step over `params` parameters: the median seconds it took.
+struct OptimizerPoint {
+  double params = 0;
+  double seconds = 0;
+};
+
+// Times the optimizer step over the model's parameters (the trainer's, or a plain loop) under
+// --slowdown compute regions as the trainer pads it.
+using OptimizerProbe = OptimizerPoint (*)(const ModelSpec& model, int repeats);
+
 struct CalibrateOptions {
   ModelSpec model;
   int64_t seq_len = 0;
@@ -48,7 +62,12 @@ struct CalibrateOptions {
   double merge_tolerance = 0.10;       // neighbouring ranks of a host share a node kind within this
   LinearProbe linear_probe = nullptr;  // nullptr: one layer's GEMMs (sgemm)
   std::string linear_probe_name;       // what linear_probe times, for the outputs
+  OptimizerProbe optimizer_probe = nullptr;  // nullptr: a plain AdamW loop (TimeAdamWLoop)
+  std::string optimizer_probe_name;
 };
+
+// What the built-in optimizer probe times (CalibrateOptions::optimizer_probe = nullptr).
+inline constexpr const char* kAdamWLoopProbeName = "a plain AdamW loop over fp32 arrays";
 
 // What the built-in linear probe times (CalibrateOptions::linear_probe = nullptr).
 inline constexpr const char* kGemmProbeName = "one layer's GEMMs (sgemm)";
@@ -69,6 +88,7 @@ struct RankMeasurement {
   std::vector<RatePoint> attention;  // forward + backward (+ recompute) of two blocks
   double gemm_rate = 0;              // FLOP/s at the even split (the point written out)
   double attention_rate = 0;
+  OptimizerPoint optimizer;  // one optimizer step
   // Combined calibrations only: each run's rates, in the order of Calibration::combined_from.
   std::vector<double> gemm_rate_runs, attention_rate_runs;
 };
@@ -98,6 +118,7 @@ struct Calibration {
   double host_memory_bytes = 0;  // physical memory of rank 0's host
   std::string slowdown_padding;  // "spin" or "sleep" (--slowdown-pad), "" when no rank is slowed
   std::string linear_probe;      // what the GEMM rate's probe timed
+  std::string optimizer_probe;   // what the optimizer step's probe timed
   std::vector<std::string> combined_from;  // the sidecars a combined calibration is the median of
 };
 

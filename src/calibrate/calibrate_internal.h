@@ -45,6 +45,14 @@ PassWeights AttentionWeights(Recompute recompute);
 // One layer's GEMMs at `tokens` rows (forward Y = X W^T; backward dX = dY W and dW = dY^T X),
 // each timed call inside a --slowdown compute region.
 RatePoint TimeLayerGemms(const ModelSpec& model, Recompute recompute, int64_t tokens, int repeats);
+// A plain AdamW step (the trainer's formulas, no libtorch) over fp32 arrays of the model's
+// parameter count, capped at kMaxLoopParams (the rate per parameter is the figure), each timed
+// step inside a --slowdown compute region.
+OptimizerPoint TimeAdamWLoop(const ModelSpec& model, int repeats);
+// The memory bandwidth the cost model charges the optimizer step at so that it takes the
+// measured time (CostConstants::optimizer_step_bytes_per_param per parameter).
+double OptimizerBytesPerSecond(const OptimizerPoint& point);
+
 // Attention of `tokens` queries of `query_heads` heads (and the KV heads they read) over their own
 // causal block and one earlier full block of the same size, forward then backward, with the
 // runtime's kernels. REQUIRES: 1 <= query_heads <= model.heads.

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "calibrate/calibrate_internal.h"
+#include "cost/cost_model.h"
 #include "spec/units.h"
 
 namespace hexiseq::calibrate {
@@ -119,10 +120,12 @@ std::string RateCurveYaml(const Calibration& calibration, const KindGroup& group
 std::string KindYaml(const Calibration& calibration, const std::vector<KindGroup>& groups,
                      int index, const LinkFigures& fallback) {
   const KindGroup& group = groups[index];
-  double gemm = 0, attention = 0;
+  double gemm = 0, attention = 0, memory_bandwidth = 0;
   for (int rank = group.first_rank; rank < group.first_rank + group.num_ranks; ++rank) {
     gemm += calibration.ranks[rank].gemm_rate / group.num_ranks;
     attention += calibration.ranks[rank].attention_rate / group.num_ranks;
+    memory_bandwidth +=
+        internal::OptimizerBytesPerSecond(calibration.ranks[rank].optimizer) / group.num_ranks;
   }
   const double peak = std::max(gemm, attention);
   int ranks_on_host = 0;
@@ -142,8 +145,12 @@ std::string KindYaml(const Calibration& calibration, const std::vector<KindGroup
   yaml += "    # ranks " + std::to_string(group.first_rank) + ".." +
           std::to_string(group.first_rank + group.num_ranks - 1) + ": GEMM " + Number(gemm / 1e9) +
           " GFLOP/s, attention " + Number(attention / 1e9) + " GFLOP/s (fp32, measured)\n";
+  yaml += "    # hbm_bandwidth: the optimizer step's " +
+          Number(CostConstants{}.optimizer_step_bytes_per_param) +
+          " bytes per parameter over its measured time\n";
   yaml += "    gpu: {name: " + name + ", bf16_tflops: " + Number(peak / kTera) +
-          ", memory: " + Number(calibration.host_memory_bytes / ranks_on_host / kGiB) + " GiB}\n";
+          ", memory: " + Number(calibration.host_memory_bytes / ranks_on_host / kGiB) +
+          " GiB, hbm_bandwidth: " + Number(memory_bandwidth / kGB) + " GB/s}\n";
   yaml += "    count: 1\n    gpus_per_node: " + std::to_string(group.num_ranks) + "\n";
   yaml += "    gemm_efficiency: " + Number(gemm / peak) + "\n";
   yaml += "    attention_efficiency: " + Number(attention / peak) + "\n";
@@ -180,7 +187,7 @@ std::string ClusterYaml(const Calibration& calibration, const CalibrateOptions& 
       std::to_string(calibration.even_shard_tokens) +
       " tokens per rank,\n# rate_curve: the rates at other sizes, from S / 4N up to S.\n"
       "# GEMM rate probe: " +
-      calibration.linear_probe +
+      calibration.linear_probe + ".\n# Optimizer step probe: " + calibration.optimizer_probe +
       ".\n"
       "# Speeds are measured fp32 rates: bf16_tflops x gemm_efficiency = GEMM FLOP/s and\n"
       "# bf16_tflops x attention_efficiency = attention FLOP/s, counted as the cost model counts\n"
@@ -226,7 +233,9 @@ std::string CalibrationJson(const Calibration& calibration) {
                   {"gemm_flops_per_second", rank.gemm_rate},
                   {"attention_flops_per_second", rank.attention_rate},
                   {"gemm_curve", curve(rank.gemm)},
-                  {"attention_curve", curve(rank.attention)}};
+                  {"attention_curve", curve(rank.attention)},
+                  {"optimizer_params", rank.optimizer.params},
+                  {"optimizer_seconds", rank.optimizer.seconds}};
     if (!calibration.combined_from.empty()) {
       entry["gemm_flops_per_second_runs"] = rank.gemm_rate_runs;
       entry["attention_flops_per_second_runs"] = rank.attention_rate_runs;
@@ -254,6 +263,7 @@ std::string CalibrationJson(const Calibration& calibration) {
               {"even_shard_tokens", calibration.even_shard_tokens},
               {"slowdown_padding", calibration.slowdown_padding},
               {"linear_probe", calibration.linear_probe},
+              {"optimizer_probe", calibration.optimizer_probe},
               {"ranks", ranks},
               {"pairs", pairs},
               {"all_to_all", all_to_all},

@@ -98,6 +98,9 @@ Result<RankMeasurement> ReadRank(const SidecarReader& reader, const json& value,
   rank.slowdown = slowdown;
   HEXISEQ_TRY(gemm, ReadCurve(reader, value, where, "gemm_curve"));
   HEXISEQ_TRY(attention, ReadCurve(reader, value, where, "attention_curve"));
+  HEXISEQ_TRY(optimizer_params, reader.Number(value, where, "optimizer_params"));
+  HEXISEQ_TRY(optimizer_seconds, reader.Number(value, where, "optimizer_seconds"));
+  rank.optimizer = {optimizer_params, optimizer_seconds};
   rank.gemm = std::move(gemm);
   rank.attention = std::move(attention);
   return rank;
@@ -154,6 +157,7 @@ Result<void> ReadHeader(const SidecarReader& reader, const json& document, Calib
   HEXISEQ_TRY(even, reader.Number(document, "", "even_shard_tokens"));
   HEXISEQ_TRY(padding, reader.Text(document, "", "slowdown_padding"));
   HEXISEQ_TRY(probe, reader.Text(document, "", "linear_probe"));
+  HEXISEQ_TRY(optimizer_probe, reader.Text(document, "", "optimizer_probe"));
   HEXISEQ_TRY(memory, reader.Number(document, "", "host_memory_bytes"));
   out.model_name = model;
   out.seq_len = static_cast<int64_t>(seq);
@@ -161,6 +165,7 @@ Result<void> ReadHeader(const SidecarReader& reader, const json& document, Calib
   out.even_shard_tokens = static_cast<int64_t>(even);
   out.slowdown_padding = padding;
   out.linear_probe = probe;
+  out.optimizer_probe = optimizer_probe;
   out.host_memory_bytes = memory;
   return {};
 }
@@ -225,12 +230,16 @@ std::string Mismatch(const Calibration& first, const Calibration& run) {
   if (run.seq_len != first.seq_len) return StrCat("seq_len = ", run.seq_len);
   if (run.num_ranks != first.num_ranks) return StrCat("num_ranks = ", run.num_ranks);
   if (run.linear_probe != first.linear_probe) return "linear_probe = " + run.linear_probe;
+  if (run.optimizer_probe != first.optimizer_probe)
+    return "optimizer_probe = " + run.optimizer_probe;
   if (run.slowdown_padding != first.slowdown_padding)
     return "slowdown_padding = \"" + run.slowdown_padding + "\"";
   for (int rank = 0; rank < first.num_ranks; ++rank) {
     const RankMeasurement &a = first.ranks[rank], &b = run.ranks[rank];
     if (a.host != b.host) return StrCat("ranks[", rank, "].host = ", b.host);
     if (a.slowdown != b.slowdown) return StrCat("ranks[", rank, "].slowdown = ", b.slowdown);
+    if (a.optimizer.params != b.optimizer.params)
+      return StrCat("ranks[", rank, "].optimizer_params = ", b.optimizer.params);
     for (const auto& [name, ours, theirs] :
          {std::tuple{"gemm_curve", &a.gemm, &b.gemm},
           std::tuple{"attention_curve", &a.attention, &b.attention}}) {
@@ -275,6 +284,8 @@ void CombineRanks(const std::vector<Calibration>& runs, Calibration& out) {
       }
     }
     internal::ReadEvenSplitRates(rank, out.even_shard_tokens);
+    rank.optimizer.seconds = MedianOver(
+        runs, [&](const Calibration& run) { return run.ranks[rank.rank].optimizer.seconds; });
     for (const Calibration& run : runs) {
       rank.gemm_rate_runs.push_back(run.ranks[rank.rank].gemm_rate);
       rank.attention_rate_runs.push_back(run.ranks[rank.rank].attention_rate);

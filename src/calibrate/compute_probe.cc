@@ -21,6 +21,7 @@ constexpr int kProbeFractions[] = {4, 2, 1};  // shard / 4, shard / 2, shard
 constexpr int kProbeGrowth = 2;               // above the even split: x 2, x 4, ... up to S
 constexpr double kMinPointSeconds = 0.2;      // timed seconds per point, at least
 constexpr int kMaxRepeats = 50;
+constexpr int64_t kMaxLoopParams = int64_t{1} << 24;  // the plain AdamW loop's arrays: 256 MiB
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Deterministic values in [-1, 1): the probes time kernels, the values only must be finite.
@@ -223,6 +224,31 @@ RatePoint TimeAttentionBlocks(const ModelSpec& model, Recompute recompute, int64
       runtime::AttentionForwardFlops(inputs[0]) + runtime::AttentionForwardFlops(inputs[1]);
   return Weighted(tokens, forward_flops, AttentionWeights(recompute),
                   TimePasses(repeats, forward, backward));
+}
+
+OptimizerPoint TimeAdamWLoop(const ModelSpec& model, int repeats) {
+  constexpr float kBeta1 = 0.9f, kBeta2 = 0.999f, kEps = 1e-8f, kLearningRate = 1e-3f;
+  const int64_t count =
+      std::min<int64_t>(kMaxLoopParams, static_cast<int64_t>(model.TotalParams()));
+  std::vector<float> weight(count), grad(count), exp_avg(count, 0.0f), exp_avg_sq(count, 0.0f);
+  Fill(weight, 7);
+  Fill(grad, 8);
+  auto step = [&] {
+    for (int64_t index = 0; index < count; ++index) {
+      const float g = grad[index];
+      exp_avg[index] = kBeta1 * exp_avg[index] + (1 - kBeta1) * g;
+      exp_avg_sq[index] = kBeta2 * exp_avg_sq[index] + (1 - kBeta2) * g * g;
+      weight[index] -= kLearningRate * exp_avg[index] / (std::sqrt(exp_avg_sq[index]) + kEps);
+    }
+  };
+  const int runs = ProbeRuns(repeats, TimedRegion(step));
+  std::vector<double> seconds;
+  for (int run = 0; run < runs; ++run) seconds.push_back(TimedRegion(step));
+  return {static_cast<double>(count), Median(seconds)};
+}
+
+double OptimizerBytesPerSecond(const OptimizerPoint& point) {
+  return CostConstants{}.optimizer_step_bytes_per_param * point.params / point.seconds;
 }
 
 }  // namespace hexiseq::calibrate::internal

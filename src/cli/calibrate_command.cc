@@ -36,6 +36,8 @@ struct CalibrateFlags {
   std::vector<std::string> combine;               // sidecars to combine instead of measuring
   calibrate::LinearProbe linear_probe = nullptr;  // set by the executable, not a flag
   std::string linear_probe_name;
+  calibrate::OptimizerProbe optimizer_probe = nullptr;  // set by the executable, not a flag
+  std::string optimizer_probe_name;
   CLI::App* command = nullptr;  // to tell which flags were given
 };
 
@@ -85,6 +87,8 @@ Result<calibrate::CalibrateOptions> MakeOptions(const CalibrateFlags& flags) {
   options.merge_tolerance = flags.merge_tolerance;
   options.linear_probe = flags.linear_probe;
   options.linear_probe_name = flags.linear_probe_name;
+  options.optimizer_probe = flags.optimizer_probe;
+  options.optimizer_probe_name = flags.optimizer_probe_name;
   if (!flags.hosts.empty()) options.hosts = SplitCommas(flags.hosts);
   return options;
 }
@@ -212,6 +216,8 @@ Result<void> WriteOutputs(const CalibrateFlags& flags, const calibrate::Calibrat
   }
   PrintSummary(calibration, *cluster);
   std::fprintf(stderr, "calibrate: GEMM rate probe: %s\n", calibration.linear_probe.c_str());
+  std::fprintf(stderr, "calibrate: optimizer step probe: %s\n",
+               calibration.optimizer_probe.c_str());
   std::fprintf(stderr, "calibrate: wrote %s and %s\n", flags.output.c_str(), sidecar.c_str());
   return {};
 }
@@ -289,10 +295,13 @@ int RunCalibrateCommand(const CalibrateFlags& flags) {
 }  // namespace
 
 void AddCalibrateCommand(CLI::App& app, Actions& actions, calibrate::LinearProbe linear_probe,
-                         const char* linear_probe_name) {
+                         const char* linear_probe_name, calibrate::OptimizerProbe optimizer_probe,
+                         const char* optimizer_probe_name) {
   static CalibrateFlags flags;
   flags.linear_probe = linear_probe;
   flags.linear_probe_name = linear_probe_name;
+  flags.optimizer_probe = optimizer_probe;
+  flags.optimizer_probe_name = optimizer_probe_name;
   CLI::App* cmd = app.add_subcommand(
       "calibrate",
       "Measure every rank's GEMM and attention rates and every pair's latency and bandwidth "

@@ -28,9 +28,12 @@ void AddRuntimeCommands(CLI::App& app, Actions& actions);   // attn-check
 void AddTrainCommand(CLI::App& app, Actions& actions);      // train (hexiseq-train only)
 void AddReportCommand(CLI::App& app, Actions& actions);     // report
 // calibrate; `linear_probe` times the linear phase (hexiseq-train passes the trainer's, named
-// `linear_probe_name`; nullptr: one layer's GEMMs with sgemm).
+// `linear_probe_name`; nullptr: one layer's GEMMs with sgemm), `optimizer_probe` the optimizer
+// step (hexiseq-train passes the trainer's; nullptr: a plain AdamW loop).
 void AddCalibrateCommand(CLI::App& app, Actions& actions,
                          calibrate::LinearProbe linear_probe = nullptr,
-                         const char* linear_probe_name = "");
+                         const char* linear_probe_name = "",
+                         calibrate::OptimizerProbe optimizer_probe = nullptr,
+                         const char* optimizer_probe_name = "");
 
 }  // namespace hexiseq::cli

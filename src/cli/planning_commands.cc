@@ -291,9 +291,10 @@ int RunExplain(const std::string& path, const InputFlags& in, const std::string&
       stdout);
   std::printf(
       "\nper iteration%s: local (linear + all-to-all) %.3f s, ring attention %.3f s, "
-      "recompute %.3f s, LM head %.3f s, exposed gradient sync %.3f s\n",
+      "recompute %.3f s, LM head %.3f s, exposed gradient sync %.3f s, optimizer step %.3f s\n",
       NumReplicas(plan) > 1 ? " (phases of the slowest replica)" : "", cost.local_seconds,
-      cost.ring_seconds, cost.recompute_seconds, cost.head_seconds, cost.grad_sync_seconds);
+      cost.ring_seconds, cost.recompute_seconds, cost.head_seconds, cost.grad_sync_seconds,
+      cost.optimizer_seconds);
   std::printf("\n%s", RankBreakdownTable(plan, problem.cluster, cost).c_str());
   if (cost.bottleneck_rank >= 0)
     std::printf("\nbottleneck: rank %d (%s), phase: %s\n", cost.bottleneck_rank,

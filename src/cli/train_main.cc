@@ -1,6 +1,7 @@
 // `hexiseq-train`: the trainer's executable, the only one that links libtorch. `hexiseq train ...`
 // runs it as `hexiseq-train train ...` (src/cli/main.cc), so users never call it by name;
-// `hexiseq calibrate ...` runs here too, with the trainer's linear phase as its GEMM-rate probe.
+// `hexiseq calibrate ...` runs here too, with the trainer's linear phase as its GEMM-rate probe
+// and the trainer's optimizer step as its optimizer probe.
 #include "cli/cli.h"
 #include "train/linear_probe.h"
 #include "train/trainer.h"
@@ -13,6 +14,7 @@ int main(int argc, char** argv) {
   Actions actions;
   AddTrainCommand(app, actions);
   AddCalibrateCommand(app, actions, &hexiseq::train::TimeTrainerLinearPhase,
-                      hexiseq::train::kTrainerProbeName);
+                      hexiseq::train::kTrainerProbeName, &hexiseq::train::TimeTrainerOptimizerStep,
+                      hexiseq::train::kTrainerOptimizerProbeName);
   return RunApp(app, actions, argc, argv);
 }

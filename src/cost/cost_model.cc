@@ -1099,7 +1099,8 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
   cost.sync_window_seconds =
       SyncWindowSeconds(busy, problem_.model.layers * (local_bwd + ring_bwd + recompute));
   cost.grad_sync_seconds = ExposedGradSync(plan, cost.sync_window_seconds, rounds);
-  cost.iteration_seconds = busy + cost.grad_sync_seconds;
+  cost.optimizer_seconds = OptimizerStepSeconds(plan);
+  cost.iteration_seconds = busy + cost.grad_sync_seconds + cost.optimizer_seconds;
   cost.replica_busy_seconds = {busy};
   cost.tokens_per_second = problem_.workload.batch *
                            static_cast<double>(problem_.workload.seq_len) / cost.iteration_seconds;
@@ -1110,6 +1111,30 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
   NameBottleneck(groups, ring_group, local_group, cost);
   CheckMemory(plan, problem_.cluster, cost);
   return cost;
+}
+
+double CostModel::OptimizerStepSeconds(const Plan& plan, int rank) const {
+  const double bandwidth = problem_.cluster.device(rank).hbm_bytes_per_second;
+  if (bandwidth <= 0 ||
+      std::find(plan.left_out.begin(), plan.left_out.end(), rank) != plan.left_out.end())
+    return 0;
+  const double shards = problem_.workload.zero_stage >= 1 ? std::max(1, ShardRanks(plan)) : 1;
+  return k_.optimizer_step_bytes_per_param * problem_.model.TotalParams() / shards / bandwidth;
+}
+
+double CostModel::OptimizerStepSeconds(const Plan& plan) const {
+  std::vector<bool> left_out(plan.num_ranks, false);
+  for (int rank : plan.left_out) left_out[rank] = true;
+  double slowest_bandwidth = 0;  // the smallest bandwidth among the participants
+  for (int rank = 0; rank < plan.num_ranks; ++rank) {
+    const double bandwidth = problem_.cluster.device(rank).hbm_bytes_per_second;
+    if (left_out[rank] || bandwidth <= 0) continue;
+    if (slowest_bandwidth == 0 || bandwidth < slowest_bandwidth) slowest_bandwidth = bandwidth;
+  }
+  if (slowest_bandwidth == 0) return 0;
+  const double shards = problem_.workload.zero_stage >= 1 ? std::max(1, ShardRanks(plan)) : 1;
+  return k_.optimizer_step_bytes_per_param * problem_.model.TotalParams() / shards /
+         slowest_bandwidth;
 }
 
 double CostModel::ExposedGradSync(const Plan& plan, double window_seconds, double rounds) const {
@@ -1255,7 +1280,8 @@ PlanCost CostModel::CombineReplicas(const Plan& plan, const std::vector<PlanCost
   cost.grad_sync_seconds = ExposedGradSync(plan, cost.sync_window_seconds, SyncRounds(plan));
   for (const std::vector<int>& ranks : members)
     for (int rank : ranks) cost.ranks[rank].grad_sync_seconds = cost.grad_sync_seconds;
-  cost.iteration_seconds = slowest_busy + cost.grad_sync_seconds;
+  cost.optimizer_seconds = OptimizerStepSeconds(plan);
+  cost.iteration_seconds = slowest_busy + cost.grad_sync_seconds + cost.optimizer_seconds;
   cost.tokens_per_second =
       plan.batch * static_cast<double>(problem_.workload.seq_len) / cost.iteration_seconds;
   if (cost.grad_sync_seconds > std::max(cost.local_seconds, cost.ring_seconds))

@@ -51,6 +51,11 @@ struct CostConstants {
   double weight_bytes_per_param = 2;       // bf16 weights
   double optimizer_bytes_per_param = 12;   // fp32 master + Adam m and v
   int ring_buffers = 2;                    // double-buffered K/V (and dK/dV) blocks
+  // Memory traffic of one parameter's optimizer step (AdamW), which runs after the gradient
+  // sync at the device's memory bandwidth: it reads and writes the fp32 master weight, m and v
+  // (2 x 12 bytes), reads the bf16 gradient and writes the bf16 weight (2 + 2). In fp32 training
+  // it reads the weight, gradient, m and v and writes the weight, m and v: 7 x 4, the same 28.
+  double optimizer_step_bytes_per_param = 28;
 };
 
 // FLOPs charged for one sequence's linear phase on `tokens` rows: every layer's GEMMs (forward,
@@ -124,9 +129,11 @@ struct PlanCost {
   // Per-iteration totals of each phase (the slowest group per phase, summed over layers).
   double local_seconds = 0, ring_seconds = 0, recompute_seconds = 0, head_seconds = 0,
          grad_sync_seconds = 0;
+  double optimizer_seconds = 0;   // the optimizer step after the sync (OptimizerStepSeconds)
   double ring_chain_seconds = 0;  // per layer, forward: the last K/V block's arrival (chains)
   // Per replica, its busy time: its sequences' compute and communication, before the exposed
-  // gradient sync (the iteration is the largest of these + grad_sync_seconds).
+  // gradient sync (the iteration is the largest of these + grad_sync_seconds +
+  // optimizer_seconds).
   std::vector<double> replica_busy_seconds;
   // Of the slowest replica's busy time, the part the gradient sync hides behind
   // (CostModel::ReplicasSyncWindowSeconds; one replica: SyncWindowSeconds).
@@ -291,6 +298,14 @@ class CostModel {
 
   // Seconds to move `bytes` from rank a to rank b (alpha-beta).
   double TransferSeconds(int a, int b, double bytes) const;
+
+  // The optimizer step, after the gradient sync and before the next iteration (nothing overlaps
+  // it): every participant updates its shard of the optimizer state (ZeRO >= 1: the parameters
+  // over ShardRanks(plan); else all of them), optimizer_step_bytes_per_param of memory traffic
+  // per parameter at its device's memory bandwidth. The slowest participant's seconds (the
+  // iteration's term), or one rank's (0 if left out); 0 where a device gives no bandwidth.
+  double OptimizerStepSeconds(const Plan& plan) const;
+  double OptimizerStepSeconds(const Plan& plan, int rank) const;
 
   // Gradient synchronisation, hierarchical as NCCL does across nodes. One layer's gradients form
   // a bucket of GradBucketBytes(). A reduce-scatter pass is (A) a ring over each node's GPUs

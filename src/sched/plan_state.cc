@@ -149,6 +149,7 @@ PlanState::PlanState(const CostModel& model, Layout layout, const Objective* cut
   // The raw gradient-synchronization time, none of it hidden, and its last bucket.
   sync_seconds_ = model_.GradSyncTotalSeconds(plan_);
   sync_bucket_seconds_ = model_.GradSyncBucketSeconds(plan_);
+  optimizer_seconds_ = model_.OptimizerStepSeconds(plan_);  // the participants' only
   chains_.Build(plan_);
   EvaluateAll();
   Renormalize();
@@ -192,7 +193,8 @@ double PlanState::IterationOf(const double maxima[], double selective) const {
                       layers * recompute + w.batch * maxima[4];
   const double window =
       model_.SyncWindowSeconds(busy, model_.model().layers * (maxima[2] + maxima[3] + recompute));
-  return busy + CostModel::ExposedSyncSeconds(sync_bucket_seconds_, sync_seconds_, window);
+  return busy + CostModel::ExposedSyncSeconds(sync_bucket_seconds_, sync_seconds_, window) +
+         optimizer_seconds_;
 }
 
 void PlanState::ComputeScore() {

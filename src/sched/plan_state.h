@@ -138,7 +138,7 @@ class PlanState {
   std::vector<CostModel::RingContext> rings_;
   CostModel::ChainIndex chains_;  // of plan_ as it is now
   std::vector<GroupCost> costs_;
-  double sync_seconds_ = 0, sync_bucket_seconds_ = 0;
+  double sync_seconds_ = 0, sync_bucket_seconds_ = 0, optimizer_seconds_ = 0;
   double norm_[6] = {1, 1, 1, 1, 1, 1};
   Objective score_;
   double iteration_ = 0;

@@ -1,9 +1,10 @@
 // `--zero auto` and `--recompute auto`: the planner tries the ZeRO stages and recompute policies
 // the options leave open and keeps the fastest feasible plan. ZeRO 0 and 1 are not tried: the
-// cost model charges stages 0, 1 and 2 the same time for any plan (one all-reduce per iteration)
-// and stage 2 the least memory of the three, so stage 2 is never worse (tested in
-// TrainingSearch.ZeroStagesBelowThreeCostTheSameTime). Cheap strategies (the baselines) are run
-// at every configuration. The searches (hexiseq, exact), when more than two configurations are
+// cost model charges stages 1 and 2 the same time for any plan (one all-reduce per iteration, the
+// optimizer step over sharded state), stage 0 that plus the unsharded step's extra, and stage 2
+// the least memory of the three, so stage 2 is never worse (tested in
+// TrainingSearch.ZeroStagesBelowThreeCostNoLessThanStageTwo). Cheap strategies (the baselines) are
+// run at every configuration. The searches (hexiseq, exact), when more than two configurations are
 // open, are run at the first (the lowest stage without recompute: every plan is fastest there),
 // then at the best other configuration by its best baseline; a configuration whose
 // aggregate-compute bound is no less than the plan found is skipped (no plan there, searched or

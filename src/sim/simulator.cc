@@ -250,9 +250,10 @@ LayersPhase SimulateLayers(const Plan& plan, const CostModel& cost, const SimOpt
 // weights and reduce-scatters gradients for every sequence (every participant takes part in each
 // round, so the replica with the most sequences sets the rounds); lower stages accumulate locally
 // and synchronise once per iteration (as the cost model); the sync hides in the replicas' joint
-// window (CostModel::ReplicasSyncWindowSeconds). Returns the sync rounds.
-double FillIteration(const CostModel& cost, const EngineResult& sync_run, size_t participants,
-                     SimResult& out) {
+// window (CostModel::ReplicasSyncWindowSeconds). The optimizer step follows (the cost model's
+// CostModel::OptimizerStepSeconds: no message, one memory-bound pass). Returns the sync rounds.
+double FillIteration(const CostModel& cost, const Plan& plan, const EngineResult& sync_run,
+                     size_t participants, SimResult& out) {
   const SimReplica& slowest = out.replicas[out.slowest_replica];
   out.layer_seconds = slowest.layer_seconds;
   out.head_seconds = slowest.head_seconds;
@@ -271,15 +272,17 @@ double FillIteration(const CostModel& cost, const EngineResult& sync_run, size_t
       CostModel::ExposedSyncSeconds(out.grad_bucket_seconds, out.grad_sync_total_seconds,
                                     CostModel::ReplicasSyncWindowSeconds(busy, windows));
   if (participants <= 1) out.grad_sync_exposed_seconds = 0;
-  out.iteration_seconds = slowest.busy_seconds + out.grad_sync_exposed_seconds;
+  out.optimizer_seconds = cost.OptimizerStepSeconds(plan);
+  out.iteration_seconds =
+      slowest.busy_seconds + out.grad_sync_exposed_seconds + out.optimizer_seconds;
   out.tokens_per_second =
       total_sequences * static_cast<double>(cost.workload().seq_len) / out.iteration_seconds;
   return sync_rounds;
 }
 
-// Per-rank busy, idle and communication seconds per iteration.
-void FillRanks(const CostModel& cost, const LayersPhase& layers, const EngineResult& sync_run,
-               double sync_rounds, SimResult& out) {
+// Per-rank busy (its optimizer step included), idle and communication seconds per iteration.
+void FillRanks(const CostModel& cost, const Plan& plan, const LayersPhase& layers,
+               const EngineResult& sync_run, double sync_rounds, SimResult& out) {
   const Cluster& cluster = cost.cluster();
   const double sync_layers = sync_rounds * cost.model().layers * cost.GradSyncPasses();
   for (int rank = 0; rank < cluster.num_ranks(); ++rank) {
@@ -292,7 +295,8 @@ void FillRanks(const CostModel& cost, const LayersPhase& layers, const EngineRes
       const double sequences = out.replicas[row.replica].sequences;
       row.active = layers.head_seconds[rank] > 0 || layers.run.active[rank];
       const LayersRankStats& layer_stats = layers.run.ranks[rank];
-      row.busy_seconds = sequences * (layer_stats.busy_seconds + layers.head_seconds[rank]);
+      row.busy_seconds = sequences * (layer_stats.busy_seconds + layers.head_seconds[rank]) +
+                         cost.OptimizerStepSeconds(plan, rank);
       row.idle_seconds = std::max(0.0, out.iteration_seconds - row.busy_seconds);
       const double sync_comm = sync_layers * Seconds(sync_run.ranks[rank].comm_ns);
       row.comm_seconds = sequences * layer_stats.comm_seconds + sync_comm;
@@ -313,6 +317,7 @@ void FillTerms(const PlanCost& predicted, const LayerRun& run, SimResult& out) {
       {"recompute", predicted.recompute_seconds, per_iteration * terms.recompute},
       {"LM head", predicted.head_seconds, per_iteration * out.head_seconds},
       {"gradient sync (exposed)", predicted.grad_sync_seconds, out.grad_sync_exposed_seconds},
+      {"optimizer step", predicted.optimizer_seconds, out.optimizer_seconds},
   };
 }
 
@@ -336,7 +341,7 @@ Result<SimResult> Simulate(const Plan& plan, const Problem& problem, const SimOp
 
   SimResult out;
   FillReplicas(layers.replicas, layers.run, layers.head_seconds, out);
-  const double sync_rounds = FillIteration(cost, sync_run, participants.size(), out);
+  const double sync_rounds = FillIteration(cost, plan, sync_run, participants.size(), out);
   out.events = layers.run.events + sync_run.events;
   out.segments = layers.segments;
   out.messages = layers.run.messages;
@@ -347,7 +352,7 @@ Result<SimResult> Simulate(const Plan& plan, const Problem& problem, const SimOp
   const PlanCost predicted = cost.Evaluate(plan);
   out.feasible = predicted.feasible;
   out.infeasible_reason = predicted.infeasible_reason;
-  FillRanks(cost, layers, sync_run, sync_rounds, out);
+  FillRanks(cost, plan, layers, sync_run, sync_rounds, out);
   FillTerms(predicted, layers.run, out);
 
   if (options.keep_timeline) {

@@ -91,7 +91,8 @@ struct SimResult {
   double grad_bucket_seconds = 0;      // one layer's gradient bucket
   double grad_sync_total_seconds = 0;  // all buckets
   double grad_sync_exposed_seconds = 0;
-  bool feasible = true;  // memory, from the cost model
+  double optimizer_seconds = 0;  // the optimizer step (CostModel::OptimizerStepSeconds)
+  bool feasible = true;          // memory, from the cost model
   std::string infeasible_reason;
   int64_t events = 0;
   int64_t messages = 0;

@@ -12,12 +12,16 @@
 #include "runtime/slowdown.h"
 #include "train/clock.h"
 #include "train/llama.h"
+#include "train/optimizer.h"
 #include "train/trainer.h"
 
 namespace hexiseq::train {
 namespace {
 
 constexpr uint64_t kProbeSeed = 1;  // weights and tokens: any values time the same
+// The optimizer probe's gradients: small enough that clipping at the default norm scales nothing,
+// as in steady training.
+constexpr double kProbeGradient = 1e-5;
 
 // One rank holding all `tokens` positions and every head.
 Plan OneRankPlan(const ModelSpec& model, int64_t tokens) {
@@ -108,6 +112,35 @@ calibrate::RatePoint TimeTrainerLinearPhase(const ModelSpec& model, Recompute re
   point.tokens = tokens;
   point.flops = LinearPhaseFlops(model, recompute, tokens);
   point.seconds = calibrate::internal::Median(forward) + calibrate::internal::Median(backward);
+  return point;
+}
+
+calibrate::OptimizerPoint TimeTrainerOptimizerStep(const ModelSpec& model, int repeats) {
+  SetComputeThreads(1);
+  LlamaWeights weights = InitWeights(model, kProbeSeed, at::kFloat);
+  std::vector<at::Tensor> params;
+  calibrate::OptimizerPoint point;
+  for (const NamedTensorRef& named : NamedParameters(weights)) {
+    named.tensor.mutable_grad() = at::full_like(named.tensor, kProbeGradient);
+    params.push_back(named.tensor);
+    point.params += static_cast<double>(named.tensor.numel());
+  }
+  const OptimizerConfig config;
+  Optimizer optimizer(config, params);
+  auto step = [&] {  // as Trainer::Step ends
+    const double start = Now();
+    ClipGradNorm(params, config.grad_clip);
+    {
+      const runtime::ComputeRegion padded;
+      optimizer.Step(config.lr);
+    }
+    runtime::SettlePadding();
+    return Now() - start;
+  };
+  const int runs = calibrate::internal::ProbeRuns(repeats, step());
+  std::vector<double> seconds;
+  for (int run = 0; run < runs; ++run) seconds.push_back(step());
+  point.seconds = calibrate::internal::Median(seconds);
   return point;
 }
 

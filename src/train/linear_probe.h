@@ -22,4 +22,13 @@ inline constexpr const char* kTrainerProbeName =
 calibrate::RatePoint TimeTrainerLinearPhase(const ModelSpec& model, Recompute recompute,
                                             int64_t tokens, int repeats);
 
+inline constexpr const char* kTrainerOptimizerProbeName =
+    "the trainer's optimizer step (libtorch: gradient clipping, then AdamW over every parameter)";
+
+// The trainer's optimizer step as calibrate's optimizer probe (calibrate::OptimizerProbe): the
+// model's weights with gradients, timed as `train` runs the step's end: the gradient norm and
+// clipping, then the AdamW update inside a --slowdown compute region. Median seconds over the
+// runs; `params` is the trainer's parameter count. REQUIRES: repeats >= 1.
+calibrate::OptimizerPoint TimeTrainerOptimizerStep(const ModelSpec& model, int repeats);
+
 }  // namespace hexiseq::train

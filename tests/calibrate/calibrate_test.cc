@@ -67,6 +67,15 @@ TEST(CalibrateProbes, LinearPhaseFlopsAreWhatTheCostModelChargesForOneSequence) 
   }
 }
 
+// The plain AdamW loop: the model's parameters (capped), a positive time, and the bandwidth the
+// cost model charges the step at is 28 bytes per parameter over that time.
+TEST(CalibrateProbes, OptimizerLoopTimesTheModelsParameters) {
+  const OptimizerPoint point = internal::TimeAdamWLoop(Tiny(), 1);
+  EXPECT_DOUBLE_EQ(point.params, Tiny().TotalParams());
+  EXPECT_GT(point.seconds, 0);
+  EXPECT_DOUBLE_EQ(internal::OptimizerBytesPerSecond(OptimizerPoint{1e6, 0.014}), 2e9);
+}
+
 TEST(CalibrateProbes, AttentionFlopsCountTheCausalAndTheFullBlock) {
   // Queries at [s, 2s): s(s+1)/2 pairs on their own block, s^2 on the earlier one;
   // 4 d H pairs forward, x (1 + 2.5 + 1) with full recompute.
@@ -131,6 +140,8 @@ RankMeasurement Rank(int rank, std::string host, double gemm, double attention) 
   out.attention = {RatePoint{kEvenShard, attention, 1.0}};
   out.gemm_rate = gemm;
   out.attention_rate = attention;
+  // An optimizer step over 1 M parameters in 14 ms: 28 bytes each at 2 GB/s, 4 GB/s on rank 2.
+  out.optimizer = {1e6, rank == 2 ? 0.007 : 0.014};
   return out;
 }
 
@@ -188,6 +199,11 @@ TEST(CalibrateClusterFile, LoadsBackWithTheMeasuredFigures) {
   EXPECT_NEAR(cluster->Bandwidth(0, 2), 5e9, rel * 5e9);  // median of pairs 0-2 and 1-2
   EXPECT_NEAR(cluster->Latency(0, 1), 1e-6, rel * 1e-6);
   EXPECT_NEAR(cluster->Latency(1, 2), 2.5e-6, rel * 2.5e-6);
+  // The optimizer step's bandwidth (28 bytes per parameter over its time): the cost model charges
+  // a 1 M-parameter step the measured 14 ms on kind 0 and 7 ms on kind 1.
+  EXPECT_NEAR(cluster->device(0).hbm_bytes_per_second, 2e9, rel * 2e9);
+  EXPECT_NEAR(cluster->device(2).hbm_bytes_per_second, 4e9, rel * 4e9);
+  EXPECT_NE(yaml.find("# Optimizer step probe: "), std::string::npos);
 
   options.merge_tolerance = 0;
   auto per_rank = ParseCluster(ClusterYaml(calibration, options, "m"), "m.yaml", DeviceCatalog());
@@ -255,6 +271,13 @@ TEST(CalibrateChecks, AFailedMeasurementIsAnErrorNotAZero) {
       std::string::npos)
       << zero.error().message;
   calibration = ThreeRanks();
+  calibration.ranks[0].optimizer.seconds = 0;
+  auto optimizer = internal::CheckMeasured(calibration.ranks, calibration.pairs);
+  ASSERT_FALSE(optimizer.has_value());
+  EXPECT_NE(optimizer.error().message.find("rank 0 (a): the optimizer probe measured 0 s"),
+            std::string::npos)
+      << optimizer.error().message;
+  calibration = ThreeRanks();
   calibration.pairs[2].bytes_per_second = std::nan("");
   auto pair = internal::CheckMeasured(calibration.ranks, calibration.pairs);
   ASSERT_FALSE(pair.has_value());
@@ -291,6 +314,7 @@ Calibration Slower(double scale) {
       for (RatePoint& point : *curve) point.seconds *= scale;
     rank.gemm_rate /= scale;
     rank.attention_rate /= scale;
+    rank.optimizer.seconds *= scale;
   }
   for (PairMeasurement& pair : calibration.pairs) {
     pair.latency_seconds *= scale;
@@ -313,6 +337,8 @@ TEST(CalibrateSidecar, ReadsBackWhatItWrote) {
   EXPECT_EQ(read->ranks[2].host, "a");
   EXPECT_DOUBLE_EQ(read->ranks[2].gemm_rate, 5e9);
   EXPECT_DOUBLE_EQ(read->ranks[1].attention_rate, 5.1e9);
+  EXPECT_DOUBLE_EQ(read->ranks[2].optimizer.params, 1e6);
+  EXPECT_DOUBLE_EQ(read->ranks[2].optimizer.seconds, 0.007);
   ASSERT_EQ(read->pairs.size(), 3u);
   EXPECT_EQ(read->pairs[2].a, 1);
   EXPECT_EQ(read->pairs[2].bytes, (std::vector<int64_t>{8, 1024}));
@@ -335,6 +361,7 @@ TEST(CalibrateCombine, EveryTimedFigureIsTheMedianOverTheRuns) {
   EXPECT_NEAR(combined->pairs[1].latency_seconds, 2e-6 * 1.2, rel);
   EXPECT_NEAR(combined->pairs[0].half_rtt[1], (1e-6 + 1024 / 8e9) * 1.2, rel);
   EXPECT_NEAR(combined->all_to_all[0].seconds, 1.2e-3, rel);
+  EXPECT_NEAR(combined->ranks[2].optimizer.seconds, 0.007 * 1.2, rel);
   EXPECT_EQ(combined->ranks[0].gemm_rate_runs.size(), 3u);
   EXPECT_NEAR(combined->ranks[0].gemm_rate_runs[1], 10e9 / 1.5, rel * 10e9);
   EXPECT_EQ(combined->combined_from,

@@ -27,7 +27,8 @@ def sidecar(speed):
         gemm, attention = 60e9 * speed * share, 50e9 * speed * share
         ranks.append({"rank": rank, "host": "node", "slowdown": 1.0 / share,
                       "gemm_flops_per_second": gemm, "attention_flops_per_second": attention,
-                      "gemm_curve": curve(3e6, gemm), "attention_curve": curve(2e6, attention)})
+                      "gemm_curve": curve(3e6, gemm), "attention_curve": curve(2e6, attention),
+                      "optimizer_params": 1e6, "optimizer_seconds": 0.01 / speed / share})
     latency, bandwidth = 5e-6 / speed, 4e9 * speed
     sizes = [8, 1 << 16, 1 << 20]
     pair = {"ranks": [0, 1], "latency_seconds": latency, "bytes_per_second": bandwidth,
@@ -35,7 +36,8 @@ def sidecar(speed):
                                                         for size in sizes]}
     return {"format": "hexiseq.calibration/1", "model": "gqa", "seq_len": 2048, "num_ranks": 2,
             "even_shard_tokens": 1024, "slowdown_padding": "spin",
-            "linear_probe": "one layer's GEMMs (sgemm)", "host_memory_bytes": 8 << 30,
+            "linear_probe": "one layer's GEMMs (sgemm)",
+            "optimizer_probe": "a plain AdamW loop over fp32 arrays", "host_memory_bytes": 8 << 30,
             "ranks": ranks, "pairs": [pair],
             "all_to_all": [{"bytes_per_peer": 1 << 16, "seconds": 1e-4 / speed,
                             "alpha_beta_seconds": 0.9e-4 / speed}]}

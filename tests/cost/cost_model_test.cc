@@ -301,9 +301,13 @@ TEST(CostModel, TwoReplicasAndALeftOutRankHandComputed) {
   const double bucket = model.TotalParams() * 2 / layers;
   const double pass = cluster.Latency(0, 1) + bucket / 2 / std::min(cluster.Bandwidth(0, 1), 10e9);
   const double sync = std::max(2 * pass, layers * 2 * pass - window);
-  EXPECT_NEAR(cost.iteration_seconds / (busy + sync), 1.0, 1e-9);
+  // Then the optimizer step: ZeRO-1 gives each participant half of Adam's state to update, 28
+  // bytes of traffic per parameter at 2 TB/s.
+  const double optimizer = 28 * model.TotalParams() / 2 / 2e12;
+  EXPECT_NEAR(cost.optimizer_seconds / optimizer, 1.0, 1e-12);
+  EXPECT_NEAR(cost.iteration_seconds / (busy + sync + optimizer), 1.0, 1e-9);
   EXPECT_NEAR(cost.grad_sync_seconds / sync, 1.0, 1e-9);
-  EXPECT_NEAR(cost.tokens_per_second / (4 * 64 / (busy + sync)), 1.0, 1e-9);
+  EXPECT_NEAR(cost.tokens_per_second / (4 * 64 / (busy + sync + optimizer)), 1.0, 1e-9);
   EXPECT_NEAR(cost.ranks[0].compute_seconds() / (3 * fast), 1.0, 1e-9);
   EXPECT_NEAR(cost.ranks[1].compute_seconds() / slow, 1.0, 1e-9);
   // ZeRO-1 shards Adam's state over the 2 participants; the left-out rank holds nothing.
@@ -368,18 +372,19 @@ TEST(CostModel, GradientSyncHidesBehindTheLastBackwardOnly) {
   for (Recompute recompute : {Recompute::kNone, Recompute::kFull}) {
     const auto [one, bucket] = evaluate(1, 1, recompute);
     const auto [four, unused] = evaluate(4, 1, recompute);
-    const double busy_one = one.iteration_seconds - one.grad_sync_seconds;
+    const double busy_one = one.iteration_seconds - one.grad_sync_seconds - one.optimizer_seconds;
     EXPECT_GT(one.grad_sync_seconds, bucket);      // the window hides only part of it
     EXPECT_LT(one.sync_window_seconds, busy_one);  // not the forward
     EXPECT_GT(one.sync_window_seconds, 0);
     // Four sequences: four times the compute, the same window, the same exposed sync.
     EXPECT_NEAR(four.sync_window_seconds, one.sync_window_seconds, 1e-12);
     EXPECT_NEAR(four.grad_sync_seconds, one.grad_sync_seconds, 1e-12);
-    EXPECT_NEAR(four.iteration_seconds - four.grad_sync_seconds, 4 * busy_one, 1e-9);
+    EXPECT_NEAR(four.iteration_seconds - four.grad_sync_seconds - four.optimizer_seconds,
+                4 * busy_one, 1e-9);
     // ZeRO-3: the window is the whole busy time.
     const auto [zero3, unused3] = evaluate(4, 3, recompute);
-    EXPECT_NEAR(zero3.sync_window_seconds, zero3.iteration_seconds - zero3.grad_sync_seconds,
-                1e-12);
+    EXPECT_NEAR(zero3.sync_window_seconds,
+                zero3.iteration_seconds - zero3.grad_sync_seconds - zero3.optimizer_seconds, 1e-12);
   }
 }
 

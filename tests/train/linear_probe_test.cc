@@ -1,5 +1,6 @@
-// calibrate's trainer probe: it charges the cost model's FLOPs for one sequence's linear phase and
-// times the trainer's own passes, padded by --slowdown as train pads them.
+// calibrate's trainer probes: the linear one charges the cost model's FLOPs for one sequence's
+// linear phase and times the trainer's own passes, padded by --slowdown as train pads them; the
+// optimizer one times the trainer's optimizer step over every parameter.
 #include "train/linear_probe.h"
 
 #include <gtest/gtest.h>
@@ -35,6 +36,23 @@ TEST(LinearProbe, SlowdownPadsTheTimedPasses) {
   const double slowed = TimeTrainerLinearPhase(model, Recompute::kNone, 128, 3).seconds;
   runtime::SetComputeSlowdown(1);
   EXPECT_GT(slowed / plain, kMinRatio) << "plain " << plain << " s, slowed " << slowed << " s";
+}
+
+// The optimizer probe counts the trainer's parameters (the cost model's TotalParams, which the
+// optimizer step is charged for) and times the step, its update padded by --slowdown.
+TEST(OptimizerProbe, CountsTheModelsParametersAndPadsTheUpdate) {
+  constexpr double kFactor = 4;
+  constexpr double kMinRatio = 2;  // clipping's norm is not padded, as in train
+  const ModelSpec model = TinyLlama(8, 2);
+  const calibrate::OptimizerPoint plain = TimeTrainerOptimizerStep(model, 3);
+  EXPECT_DOUBLE_EQ(plain.params, model.TotalParams());
+  EXPECT_GT(plain.seconds, 0);
+  runtime::SetPadMode(runtime::PadMode::kSpin);
+  runtime::SetComputeSlowdown(kFactor);
+  const double slowed = TimeTrainerOptimizerStep(model, 3).seconds;
+  runtime::SetComputeSlowdown(1);
+  EXPECT_GT(slowed / plain.seconds, kMinRatio)
+      << "plain " << plain.seconds << " s, slowed " << slowed << " s";
 }
 
 }  // namespace

@@ -16,11 +16,12 @@
 // chains make a group's ring term depend on the other groups' token ranges too; the scheduler's
 // incremental re-scoring ignores that second-order change for groups a move does not touch (the
 // final plan is scored in full).
-// Iteration = batch x layers x (fwd + bwd + recompute) + LM head + exposed gradient sync.
+// Iteration = batch x layers x (fwd + bwd + recompute) + LM head + exposed gradient sync +
+// optimizer step (OptimizerStepSeconds).
 // Data-parallel replicas: each replica's share of the batch is scored as a one-replica plan
 // (ReplicaPlan); the iteration is the slowest replica's busy time plus the gradient sync over
 // every participating rank that the replicas' joint sync window does not hide (a bucket is ready
-// when the last replica has produced it; ReplicasSyncWindowSeconds). Under ZeRO-3 every
+// when the last replica has produced it; ReplicasSyncWindowSeconds), plus the optimizer step. Under ZeRO-3 every
 // participant gathers and reduce-scatters once per sequence of the replica with the most sequences.
 // Left-out ranks hold no state and take no part in the sync; ZeRO shards model state over the
 // participating ranks.

@@ -21,10 +21,11 @@
 // Data-parallel replicas: each replica's share of the batch is scored as a one-replica plan
 // (ReplicaPlan); the iteration is the slowest replica's busy time plus the gradient sync over
 // every participating rank that the replicas' joint sync window does not hide (a bucket is ready
-// when the last replica has produced it; ReplicasSyncWindowSeconds), plus the optimizer step. Under ZeRO-3 every
-// participant gathers and reduce-scatters once per sequence of the replica with the most sequences.
-// Left-out ranks hold no state and take no part in the sync; ZeRO shards model state over the
-// participating ranks.
+// when the last replica has produced it; ReplicasSyncWindowSeconds), plus the optimizer step.
+// Under ZeRO-3 every participant gathers and reduce-scatters once per sequence of the replica
+// with the most sequences. Left-out ranks hold no state and take no part in the sync; ZeRO
+// shards model state over the participating ranks.
+//
 // Deliberately ignored: kernel launch overheads, NIC sharing between GPUs of a node (each GPU has
 // its own NIC), the overlap of K/V and dK/dV transfers on one port (their times add),
 // norms/RoPE/softmax FLOPs (< 1%).

@@ -1115,7 +1115,7 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
 
 double CostModel::OptimizerStepSeconds(const Plan& plan, int rank) const {
   const double bandwidth = problem_.cluster.device(rank).hbm_bytes_per_second;
-  if (bandwidth <= 0 ||
+  if (!problem_.workload.charge_optimizer_step || bandwidth <= 0 ||
       std::find(plan.left_out.begin(), plan.left_out.end(), rank) != plan.left_out.end())
     return 0;
   const double shards = problem_.workload.zero_stage >= 1 ? std::max(1, ShardRanks(plan)) : 1;
@@ -1123,6 +1123,7 @@ double CostModel::OptimizerStepSeconds(const Plan& plan, int rank) const {
 }
 
 double CostModel::OptimizerStepSeconds(const Plan& plan) const {
+  if (!problem_.workload.charge_optimizer_step) return 0;
   std::vector<bool> left_out(plan.num_ranks, false);
   for (int rank : plan.left_out) left_out[rank] = true;
   double slowest_bandwidth = 0;  // the smallest bandwidth among the participants
@@ -1222,6 +1223,7 @@ bool SameReplicaElsewhere(const Cluster& cluster, const Plan& a, const std::vect
 PlanCost CostModel::EvaluateReplicas(const Plan& plan) const {
   Workload replica_workload = problem_.workload;
   replica_workload.shard_ranks = ShardRanks(plan);
+  replica_workload.charge_optimizer_step = false;  // charged once, in CombineReplicas
   const int replicas = NumReplicas(plan);
   // Each replica is evaluated unless an earlier one is the same on other ranks
   // (SameReplicaElsewhere): then `source` names that one and its figures are moved over.

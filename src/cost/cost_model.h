@@ -305,7 +305,8 @@ class CostModel {
   // it): every participant updates its shard of the optimizer state (ZeRO >= 1: the parameters
   // over ShardRanks(plan); else all of them), optimizer_step_bytes_per_param of memory traffic
   // per parameter at its device's memory bandwidth. The slowest participant's seconds (the
-  // iteration's term), or one rank's (0 if left out); 0 where a device gives no bandwidth.
+  // iteration's term), or one rank's (0 if left out); 0 where a device gives no bandwidth, and 0
+  // for a replica scored alone (Workload::charge_optimizer_step; the whole plan charges it).
   double OptimizerStepSeconds(const Plan& plan) const;
   double OptimizerStepSeconds(const Plan& plan, int rank) const;
 

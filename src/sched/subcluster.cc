@@ -87,6 +87,9 @@ CostModel ReplicaCostModel(const CostModel& world, const SubCluster& sub, int se
   Workload workload = world.workload();
   workload.batch = sequences;
   workload.shard_ranks = shard_ranks;
+  // The world charges the optimizer step over its participants; a replica's own plan may leave
+  // ranks out that the world's partition keeps, so its search must not trade for it.
+  workload.charge_optimizer_step = false;
   return CostModel(sub.cluster, world.model(), workload, world.constants());
 }
 

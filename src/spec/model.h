@@ -70,8 +70,11 @@ struct Workload {
   int64_t seq_len = 0;  // tokens per sequence S
   int batch = 1;        // sequences per iteration (processed one after another)
   Recompute recompute = Recompute::kFull;
-  int zero_stage = 3;           // 0..3
-  int shard_ranks = 0;          // ranks ZeRO shards model state over; 0: the plan's participants
+  int zero_stage = 3;   // 0..3
+  int shard_ranks = 0;  // ranks ZeRO shards model state over; 0: the plan's participants
+  // false for a replica scored alone (its plan's left-out ranks are not the whole plan's): the
+  // whole plan charges the optimizer step once, over its own participants.
+  bool charge_optimizer_step = true;
   double memory_reserve = 0.1;  // fraction of each device's memory kept free
   int bytes_per_element = 2;    // activations and gradients: 2 bf16, 4 fp32 (DtypeName)
   bool operator==(const Workload&) const = default;

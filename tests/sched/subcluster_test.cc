@@ -87,10 +87,15 @@ TEST(SubCluster, ScheduledReplicaMapsBackToWorldRanks) {
     std::sort(expected_left_out.begin(), expected_left_out.end());
     EXPECT_EQ(plan.left_out, expected_left_out);
     // The replica alone costs on the world what it cost on its sub-cluster (same links, same
-    // sharding, the same nodes in the gradient sync).
+    // sharding, the same nodes in the gradient sync), plus the optimizer step, which the replica's
+    // own model leaves to the whole plan (over the plan's participants, the ranks left out of
+    // the replica's own plan included in neither).
     const PlanCost world_cost = world_model.Evaluate(plan);
-    EXPECT_NEAR(world_cost.iteration_seconds, one.cost.iteration_seconds,
-                1e-9 * one.cost.iteration_seconds);
+    EXPECT_EQ(one.cost.optimizer_seconds, 0);
+    EXPECT_EQ(world_cost.optimizer_seconds, world_model.OptimizerStepSeconds(plan));
+    EXPECT_GT(world_cost.optimizer_seconds, 0);
+    EXPECT_NEAR(world_cost.iteration_seconds - world_cost.optimizer_seconds,
+                one.cost.iteration_seconds, 1e-9 * one.cost.iteration_seconds);
   }
 }
 

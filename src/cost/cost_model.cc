@@ -1113,17 +1113,21 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
   return cost;
 }
 
+double CostModel::OptimizerStepBytes(const Plan& plan) const {
+  if (!problem_.workload.charge_optimizer_step) return 0;
+  const double shards = problem_.workload.zero_stage >= 1 ? std::max(1, ShardRanks(plan)) : 1;
+  return k_.optimizer_step_bytes_per_param * problem_.model.TotalParams() / shards;
+}
+
 double CostModel::OptimizerStepSeconds(const Plan& plan, int rank) const {
   const double bandwidth = problem_.cluster.device(rank).hbm_bytes_per_second;
-  if (!problem_.workload.charge_optimizer_step || bandwidth <= 0 ||
+  if (bandwidth <= 0 ||
       std::find(plan.left_out.begin(), plan.left_out.end(), rank) != plan.left_out.end())
     return 0;
-  const double shards = problem_.workload.zero_stage >= 1 ? std::max(1, ShardRanks(plan)) : 1;
-  return k_.optimizer_step_bytes_per_param * problem_.model.TotalParams() / shards / bandwidth;
+  return OptimizerStepBytes(plan) / bandwidth;
 }
 
 double CostModel::OptimizerStepSeconds(const Plan& plan) const {
-  if (!problem_.workload.charge_optimizer_step) return 0;
   std::vector<bool> left_out(plan.num_ranks, false);
   for (int rank : plan.left_out) left_out[rank] = true;
   double slowest_bandwidth = 0;  // the smallest bandwidth among the participants
@@ -1132,10 +1136,7 @@ double CostModel::OptimizerStepSeconds(const Plan& plan) const {
     if (left_out[rank] || bandwidth <= 0) continue;
     if (slowest_bandwidth == 0 || bandwidth < slowest_bandwidth) slowest_bandwidth = bandwidth;
   }
-  if (slowest_bandwidth == 0) return 0;
-  const double shards = problem_.workload.zero_stage >= 1 ? std::max(1, ShardRanks(plan)) : 1;
-  return k_.optimizer_step_bytes_per_param * problem_.model.TotalParams() / shards /
-         slowest_bandwidth;
+  return slowest_bandwidth > 0 ? OptimizerStepBytes(plan) / slowest_bandwidth : 0;
 }
 
 double CostModel::ExposedGradSync(const Plan& plan, double window_seconds, double rounds) const {

@@ -309,6 +309,8 @@ class CostModel {
   // for a replica scored alone (Workload::charge_optimizer_step; the whole plan charges it).
   double OptimizerStepSeconds(const Plan& plan) const;
   double OptimizerStepSeconds(const Plan& plan, int rank) const;
+  // The memory traffic of one participant's optimizer step (the rule above, before the bandwidth).
+  double OptimizerStepBytes(const Plan& plan) const;
 
   // Gradient synchronisation, hierarchical as NCCL does across nodes. One layer's gradients form
   // a bucket of GradBucketBytes(). A reduce-scatter pass is (A) a ring over each node's GPUs

@@ -210,7 +210,7 @@ Result<Calibration> RunCalibration(runtime::Comm& world, const CalibrateOptions&
       options.optimizer_probe ? options.optimizer_probe_name : kAdamWLoopProbeName;
   calibration.ranks = GatherRanks(world, mine);
   for (RankMeasurement& rank : calibration.ranks) {
-    internal::ReadEvenSplitRates(rank, calibration.even_shard_tokens);
+    internal::ReadEvenSplitRates(rank, even);
   }
   for (const RankMeasurement& rank : calibration.ranks) {
     if (rank.slowdown > 1)

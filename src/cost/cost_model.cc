@@ -1121,22 +1121,17 @@ double CostModel::OptimizerStepBytes(const Plan& plan) const {
 
 double CostModel::OptimizerStepSeconds(const Plan& plan, int rank) const {
   const double bandwidth = problem_.cluster.device(rank).hbm_bytes_per_second;
-  if (bandwidth <= 0 ||
-      std::find(plan.left_out.begin(), plan.left_out.end(), rank) != plan.left_out.end())
+  // left_out is sorted (Validate).
+  if (bandwidth <= 0 || std::binary_search(plan.left_out.begin(), plan.left_out.end(), rank))
     return 0;
   return OptimizerStepBytes(plan) / bandwidth;
 }
 
 double CostModel::OptimizerStepSeconds(const Plan& plan) const {
-  std::vector<bool> left_out(plan.num_ranks, false);
-  for (int rank : plan.left_out) left_out[rank] = true;
-  double slowest_bandwidth = 0;  // the smallest bandwidth among the participants
-  for (int rank = 0; rank < plan.num_ranks; ++rank) {
-    const double bandwidth = problem_.cluster.device(rank).hbm_bytes_per_second;
-    if (left_out[rank] || bandwidth <= 0) continue;
-    if (slowest_bandwidth == 0 || bandwidth < slowest_bandwidth) slowest_bandwidth = bandwidth;
-  }
-  return slowest_bandwidth > 0 ? OptimizerStepBytes(plan) / slowest_bandwidth : 0;
+  double slowest = 0;
+  for (int rank = 0; rank < plan.num_ranks; ++rank)
+    slowest = std::max(slowest, OptimizerStepSeconds(plan, rank));
+  return slowest;
 }
 
 double CostModel::ExposedGradSync(const Plan& plan, double window_seconds, double rounds) const {

@@ -98,7 +98,7 @@ struct PairMeasurement {
   std::vector<int64_t> bytes;    // message sizes
   std::vector<double> half_rtt;  // median seconds per one-way message, per size
   double latency_seconds = 0;    // half round trip of the smallest message
-  double bytes_per_second = 0;   // largest message / (its half round trip - latency)
+  double bytes_per_second = 0;   // internal::PairBandwidth
 };
 
 struct AllToAllMeasurement {

@@ -62,6 +62,13 @@ RatePoint TimeAttentionBlocks(const ModelSpec& model, Recompute recompute, int64
 // Bytes of one ring K/V block at the even split: K and V of `shard` tokens, every KV head, fp32.
 int64_t KvBlockBytes(const ModelSpec& model, int64_t shard);
 
+// A pair's bandwidth from its ping-pong (bytes, half_rtt; the first size is the latency probe):
+// the median over the larger sizes of bytes / (one-way time - latency), so one size disturbed by
+// a preemption does not set it. Sizes no slower than the latency probe are noise and left out;
+// when every size is, the largest message's bytes / one-way time (a lower bound, never zero).
+// REQUIRES: at least two sizes, every time positive.
+double PairBandwidth(const PairMeasurement& pair);
+
 // Ping-pong between every pair of ranks, one pair at a time (collective): 8 bytes for the
 // latency, then block / 16, block / 4 and the block itself for the bandwidth.
 std::vector<PairMeasurement> MeasurePairs(runtime::Comm& world, int64_t block_bytes);

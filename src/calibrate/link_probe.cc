@@ -56,17 +56,6 @@ std::vector<int64_t> MessageSizes(int64_t block_bytes) {
   return sizes;
 }
 
-// Bandwidth: the median over the larger sizes of bytes / (one-way time - latency), so one size
-// disturbed by a preemption does not set it.
-double Bandwidth(const PairMeasurement& pair) {
-  std::vector<double> rates;
-  for (size_t size = 1; size < pair.bytes.size(); ++size) {
-    const double transfer = pair.half_rtt[size] - pair.latency_seconds;
-    rates.push_back(transfer > 0 ? pair.bytes[size] / transfer : 0);
-  }
-  return Median(rates);
-}
-
 PairMeasurement MeasurePair(runtime::Comm& world, int a, int b, int64_t block_bytes) {
   PairMeasurement pair;
   pair.a = a;
@@ -81,11 +70,23 @@ PairMeasurement MeasurePair(runtime::Comm& world, int a, int b, int64_t block_by
   }
   if (pair.half_rtt.empty()) return pair;
   pair.latency_seconds = pair.half_rtt.front();
-  pair.bytes_per_second = Bandwidth(pair);
+  pair.bytes_per_second = PairBandwidth(pair);
   return pair;
 }
 
 }  // namespace
+
+double PairBandwidth(const PairMeasurement& pair) {
+  std::vector<double> rates;
+  for (size_t size = 1; size < pair.bytes.size(); ++size) {
+    const double transfer = pair.half_rtt[size] - pair.latency_seconds;
+    if (transfer > 0) rates.push_back(pair.bytes[size] / transfer);
+  }
+  if (!rates.empty()) return Median(rates);
+  // Every size took no longer than the latency probe: the latency is lost in the noise (ranks
+  // sharing a core), so the largest message's whole time counts as transfer, a lower bound.
+  return pair.bytes.back() / pair.half_rtt.back();
+}
 
 int64_t KvBlockBytes(const ModelSpec& model, int64_t shard) {
   return 2 * shard * model.kv_heads * model.head_dim * static_cast<int64_t>(sizeof(float));

@@ -288,6 +288,23 @@ TEST(CalibrateChecks, AFailedMeasurementIsAnErrorNotAZero) {
   EXPECT_FALSE(internal::CheckMeasured(calibration.ranks, calibration.pairs).has_value());
 }
 
+TEST(CalibrateLinks, BandwidthLeavesOutSizesLostInTheNoise) {
+  PairMeasurement pair;
+  pair.bytes = {8, 1000, 4000, 16000};
+  pair.latency_seconds = 1e-6;
+  pair.half_rtt = {1e-6, 2e-6, 5e-6, 17e-6};  // 1000 B/us at every size
+  EXPECT_DOUBLE_EQ(internal::PairBandwidth(pair), 1e9);
+  // Ranks sharing a core: the latency probe was preempted and took longer than two sizes. Those
+  // sizes say nothing; the one left sets the figure (this once was a zero and a failed run).
+  pair.latency_seconds = 6e-6;
+  pair.half_rtt = {6e-6, 2e-6, 5e-6, 22e-6};
+  EXPECT_DOUBLE_EQ(internal::PairBandwidth(pair), 1e9);
+  // Every size no slower than the latency probe: the largest message's whole time, a lower bound.
+  pair.latency_seconds = 30e-6;
+  pair.half_rtt = {30e-6, 2e-6, 5e-6, 20e-6};
+  EXPECT_DOUBLE_EQ(internal::PairBandwidth(pair), 16000 / 20e-6);
+}
+
 TEST(CalibrateSidecar, CarriesEveryRankAndPair) {
   const auto json = nlohmann::json::parse(CalibrationJson(ThreeRanks()));
   EXPECT_EQ(json["format"], "hexiseq.calibration/1");

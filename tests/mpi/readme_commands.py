@@ -94,8 +94,11 @@ def main():
             print(f"[{'ok' if code == 0 else 'FAIL'}] {seconds:6.1f} s  {run}")
             if code != 0:
                 failures += 1
-                print(f"    exit {code}; stderr (last lines):")
-                for line in err.strip().splitlines()[-8:]:
+                lines = err.strip().splitlines()
+                # The program's own errors first: mpirun's banner can fill the last lines.
+                ours = [line for line in lines[:-8] if line.startswith("hexiseq")]
+                print(f"    exit {code}; stderr (hexiseq's errors, then the last lines):")
+                for line in ours + lines[-8:]:
                     print("      " + line)
     print(f"{len(commands) - failures} of {len(commands)} README commands exit 0")
     return 1 if failures else 0

@@ -9,6 +9,8 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -105,11 +107,72 @@ struct PendingSend {
   const void* data = nullptr;
   size_t bytes = 0;
   int dest = 0, tag = 0;
-  Clock::time_point release;
-  uint64_t order = 0;  // FIFO among equal release times
-  RequestPtr inner;    // set when posted
+  Clock::time_point release;  // changes while later messages join the link (Poster::Add)
+  uint64_t order = 0;         // FIFO among equal release times
+  RequestPtr inner;           // set when posted
   bool posted = false;
 };
+
+double SecondsOf(Clock::time_point time) {
+  return std::chrono::duration<double>(time.time_since_epoch()).count();
+}
+
+Clock::time_point TimeOf(double seconds) {
+  return Clock::time_point(
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds)));
+}
+
+// One outgoing link: the messages on it that have not left yet, one queue per flow (the
+// communicator they are sent on) in send order. The link serves the first message of every flow
+// at once, each at an equal share of its rate (processor sharing between flows, first come, first
+// served within one), as a NIC serves its queue pairs: a ring's K/V block sent while a gradient
+// bucket of another communicator is on the wire shares the link with it rather than waiting for
+// all of it.
+struct OutLink {
+  struct Queued {
+    std::shared_ptr<PendingSend> send;
+    double remaining = 0;  // seconds on the wire left at the full rate
+  };
+  struct Flow {
+    const Comm* key = nullptr;
+    std::deque<Queued> queue;
+  };
+  std::vector<Flow> flows;
+  double updated = 0;  // SecondsOf: when `remaining` was last brought up to date
+};
+
+// Runs the link's sharing in `flows` from `from` to `until`, calling left(queued, seconds) for
+// every message whose last byte leaves by then and removing it.
+template <typename Left>
+void ServeLink(std::vector<OutLink::Flow>& flows, double from, double until, Left left) {
+  double now = from;
+  for (;;) {
+    size_t active = 0;
+    double least = std::numeric_limits<double>::infinity();
+    for (const OutLink::Flow& flow : flows) {
+      if (flow.queue.empty()) continue;
+      ++active;
+      least = std::min(least, flow.queue.front().remaining);
+    }
+    if (active == 0) return;
+    const double finish = now + least * static_cast<double>(active);
+    if (finish > until) {
+      for (OutLink::Flow& flow : flows) {
+        if (!flow.queue.empty()) flow.queue.front().remaining -= (until - now) / active;
+      }
+      return;
+    }
+    for (OutLink::Flow& flow : flows) {
+      if (flow.queue.empty()) continue;
+      flow.queue.front().remaining -= least;
+      if (flow.queue.front().remaining <= 0) {
+        left(flow.queue.front(), finish);
+        flow.queue.pop_front();
+      }
+    }
+    now = finish;
+  }
+}
 
 // Posts delayed sends at their release times, in release order: a helper thread does while the
 // rank computes, and a thread that waits for a held-back send posts what is due itself (so a
@@ -126,12 +189,27 @@ class Poster {
     cv_.notify_all();
     thread_.join();
   }
-  void Add(std::shared_ptr<PendingSend> send) {
+  // Puts `send` on the outgoing link to world rank `to` (`wire_seconds` at the link's full rate)
+  // and sets the release time of every message on that link as the sharing then projects it.
+  void Add(std::shared_ptr<PendingSend> send, int to, double wire_seconds) {
     {
       const std::lock_guard lock(mutex_);
+      if (links_.size() <= static_cast<size_t>(to)) links_.resize(to + 1);
+      OutLink& link = links_[to];
+      const double now = SecondsOf(Clock::now());
+      ServeLink(link.flows, link.updated, now, [](OutLink::Queued&, double) {});
+      link.updated = now;
+      std::erase_if(link.flows, [](const OutLink::Flow& flow) { return flow.queue.empty(); });
+      auto flow = std::find_if(link.flows.begin(), link.flows.end(),
+                               [&](const OutLink::Flow& f) { return f.key == send->comm; });
+      if (flow == link.flows.end()) flow = link.flows.insert(link.flows.end(), {send->comm, {}});
+      flow->queue.push_back({send, wire_seconds});
+      std::vector<OutLink::Flow> projection = link.flows;
+      ServeLink(projection, now, std::numeric_limits<double>::infinity(),
+                [](OutLink::Queued& queued, double left) { queued.send->release = TimeOf(left); });
       send->order = next_order_++;
       queue_.push_back(std::move(send));
-      std::push_heap(queue_.begin(), queue_.end(), Later);
+      std::make_heap(queue_.begin(), queue_.end(), Later);
     }
     cv_.notify_all();
   }
@@ -143,16 +221,22 @@ class Poster {
   }
   // Returns once `send` is posted: waits for its release time (asleep until kSpinBefore ahead
   // of it, then on the clock, since on a busy machine a sleeper or a yielder can lose its core
-  // for a whole time slice), then posts what is due.
+  // for a whole time slice), then posts what is due; again if a later message on its link moved
+  // the release meanwhile.
   void AwaitPosted(const PendingSend& send) {
-    if (send.release - Clock::now() > kSpinBefore) {
-      std::this_thread::sleep_until(send.release - kSpinBefore);
-    }
-    while (Clock::now() < send.release) {
-    }
     std::unique_lock lock(mutex_);
-    PostDueLocked();
-    cv_.wait(lock, [&] { return send.posted; });
+    for (;;) {
+      PostDueLocked();
+      if (send.posted) return;
+      const Clock::time_point release = send.release;
+      lock.unlock();
+      if (release - Clock::now() > kSpinBefore) {
+        std::this_thread::sleep_until(release - kSpinBefore);
+      }
+      while (Clock::now() < release) {
+      }
+      lock.lock();
+    }
   }
 
  private:
@@ -190,16 +274,16 @@ class Poster {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::vector<std::shared_ptr<PendingSend>> queue_;  // a min-heap by (release, order)
+  std::vector<OutLink> links_;                       // by world destination
   uint64_t next_order_ = 0;
   bool stop_ = false;
   std::thread thread_;  // last: started once the members above exist
 };
 
-// Per process: the delays between world ranks, when each outgoing link is free, the poster.
+// Per process: the delays between world ranks and the poster (which keeps the outgoing links).
 struct LinkState {
   int world_size = 0;
-  std::vector<double> seconds_per_byte;      // [a * world_size + b], symmetric
-  std::vector<Clock::time_point> link_free;  // by world destination
+  std::vector<double> seconds_per_byte;  // [a * world_size + b], symmetric
   Poster poster;
 
   double Delay(int a, int b) const { return seconds_per_byte[a * world_size + b]; }
@@ -243,12 +327,8 @@ class LinkDelayComm final : public Comm {
     }
     auto pending = std::make_shared<PendingSend>();
     *pending = PendingSend{inner_.get(), data, bytes, dest, tag};
-    const auto wire = std::chrono::duration_cast<Clock::duration>(
-        std::chrono::duration<double>(delay * static_cast<double>(bytes)));
-    pending->release = std::max(Clock::now(), state_->link_free[to]) + wire;
-    state_->link_free[to] = pending->release;
     request->pending = pending;
-    state_->poster.Add(std::move(pending));
+    state_->poster.Add(std::move(pending), to, delay * static_cast<double>(bytes));
     return request;
   }
   RequestPtr Irecv(void* data, size_t bytes, int source, int tag) override {
@@ -438,7 +518,6 @@ std::unique_ptr<Comm> WithLinkDelays(std::unique_ptr<Comm> world,
   auto state = std::make_shared<LinkState>();
   state->world_size = world->size();
   state->seconds_per_byte.assign(world->size() * world->size(), 0.0);
-  state->link_free.assign(world->size(), Clock::time_point());
   for (const LinkDelay& delay : delays) {
     HEXISEQ_CHECK(delay.a >= 0 && delay.b < world->size() && delay.a < delay.b,
                   "link delays name two ranks of the world");

@@ -1,9 +1,11 @@
 // Emulated slow links: `--link-slowdown A-B=NS[,...]` makes every byte between world ranks A and
 // B (both directions) take NS nanoseconds longer, like a slow NIC in series with the real
-// transport. A message to a peer on a slowed link leaves (is handed to the inner Comm) only at
-//   release = max(now, when the link's previous message was released) + bytes x delay,
-// posted by a helper thread, so the sender computes on while its message is "on the wire" and
-// messages on one link queue behind each other (one direction each: links are full duplex).
+// transport. A message to a peer on a slowed link leaves (is handed to the inner Comm) when its
+// bytes x delay of wire time have been served, by a helper thread, so the sender computes on while
+// its message is "on the wire". Each direction of a link is its own (links are full duplex) and is
+// shared like a NIC's queues: the messages of one communicator queue behind each other, and the
+// communicators with a message waiting share the link equally, each at 1 / k of its rate when k
+// have one (so a message of one communicator does not wait for all of a long message of another).
 // Collectives of a communicator that contains a slowed pair run over the same delayed
 // point-to-point messages: all-to-all-v and all-gather directly, the all-reduces as an all-gather
 // summed in rank order (each rank sends (N - 1) x the vector, N / 2 times a ring all-reduce's

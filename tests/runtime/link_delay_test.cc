@@ -1,6 +1,7 @@
 // --link-slowdown: the parser's errors, and that the decorator holds back messages on a slowed
-// link by bytes x delay (queued behind each other, without blocking the sender), leaves other
-// pairs alone, keeps its delays in sub-communicators, and that its collectives stay correct.
+// link by bytes x delay (queued behind each other on one communicator, sharing the link across
+// communicators, without blocking the sender), leaves other pairs alone, keeps its delays in
+// sub-communicators, and that its collectives stay correct.
 #include "runtime/link_delay.h"
 
 #include <gtest/gtest.h>
@@ -84,6 +85,37 @@ TEST(LinkDelay, MessagesOnOneLinkQueueInOrder) {
       EXPECT_EQ(b[0], 2);
     }
     EXPECT_GE(SecondsSince(before_barrier), 2 * kWire);  // see the first test
+  });
+}
+
+TEST(LinkDelay, CommunicatorsShareALinkEqually) {
+  // Rank 1 sends a long message (3 wires) on the world and then a short one (1 wire) on another
+  // communicator of the same two ranks. Sharing the link, the short one leaves after 2 wires (both
+  // at half the rate), the long one after 4; first come, first served, it would wait for 4.
+  RunDelayed(2, {{0, 1, kDelay}}, [](Comm& comm) {
+    std::unique_ptr<Comm> other = comm.Split(0, comm.rank());
+    ASSERT_NE(other, nullptr);
+    std::vector<char> long_message(3 * kBytes, 1), short_message(kBytes, 2);
+    const Clock::time_point before_barrier = Clock::now();  // before the sender's Isends
+    comm.Barrier();
+    const Clock::time_point start = Clock::now();
+    if (comm.rank() == 1) {
+      RequestPtr long_send = comm.Isend(long_message.data(), long_message.size(), 0, 6);
+      RequestPtr short_send = other->Isend(short_message.data(), short_message.size(), 0, 6);
+      other->Wait(*short_send);
+      comm.Wait(*long_send);
+    } else {
+      std::vector<char> a(3 * kBytes), b(kBytes);
+      RequestPtr receive_long = comm.Irecv(a.data(), a.size(), 1, 6);
+      other->Wait(*other->Irecv(b.data(), b.size(), 1, 6));
+      EXPECT_GE(SecondsSince(before_barrier), 2 * kWire);
+      EXPECT_LT(SecondsSince(start), 3 * kWire) << "the short message waited for the long one";
+      comm.Wait(*receive_long);
+      EXPECT_GE(SecondsSince(before_barrier), 4 * kWire);
+      EXPECT_LT(SecondsSince(start), 4 * kWire + kSlack);
+      EXPECT_EQ(a[0], 1);
+      EXPECT_EQ(b[0], 2);
+    }
   });
 }
 

@@ -300,6 +300,13 @@ int TrainOnThisRank(std::unique_ptr<runtime::Comm>& world, const TrainFlags& fla
                  world->rank(), LeftOutList(*plan).c_str());
     return 0;
   }
+  if ((*trainer)->optimizer_sharded() && (*trainer)->participants().rank() == 0) {
+    std::fprintf(stderr,
+                 "train: ZeRO %d: the optimizer state is sharded over the %d participants by "
+                 "whole parameters%s\n",
+                 plan->zero_stage, (*trainer)->participants().size(),
+                 plan->zero_stage >= 2 ? " (gradients and weights stay replicated: stage 1)" : "");
+  }
   return TrainSteps(**trainer, flags, watchdog);
 }
 

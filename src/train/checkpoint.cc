@@ -98,13 +98,15 @@ Result<void> LoadNamed(const SafetensorsFile& contents, const std::string& file,
   return {};
 }
 
-std::vector<NamedTensorRef> OptimizerTensors(Trainer& trainer) {
+// Every parameter's moments (Trainer::GatherOptimizerState or OptimizerStateBuffers) by their
+// names in the file.
+std::vector<NamedTensorRef> OptimizerTensors(Trainer& trainer, std::vector<at::Tensor>& exp_avg,
+                                             std::vector<at::Tensor>& exp_avg_sq) {
   std::vector<NamedTensorRef> named;
   const auto params = NamedParameters(trainer.weights());
-  Optimizer& optimizer = trainer.optimizer();
-  for (size_t index = 0; index < optimizer.exp_avg().size(); ++index) {
-    named.push_back({"exp_avg." + params[index].name, optimizer.exp_avg()[index]});
-    named.push_back({"exp_avg_sq." + params[index].name, optimizer.exp_avg_sq()[index]});
+  for (size_t index = 0; index < exp_avg.size(); ++index) {
+    named.push_back({"exp_avg." + params[index].name, exp_avg[index]});
+    named.push_back({"exp_avg_sq." + params[index].name, exp_avg_sq[index]});
   }
   return named;
 }
@@ -130,7 +132,9 @@ std::string StepDirName(int64_t step) {
   return buffer;
 }
 
-Result<void> WriteCheckpointFiles(Trainer& trainer, const std::string& dir) {
+Result<void> WriteCheckpointFiles(Trainer& trainer, const std::string& dir,
+                                  std::vector<at::Tensor>& exp_avg,
+                                  std::vector<at::Tensor>& exp_avg_sq) {
   namespace fs = std::filesystem;
   const std::string name = StepDirName(trainer.step());
   const fs::path step_dir = fs::path(dir) / name;
@@ -144,7 +148,7 @@ Result<void> WriteCheckpointFiles(Trainer& trainer, const std::string& dir) {
   for (const NamedTensorRef& param : NamedParameters(trainer.weights())) {
     weights.push_back(ToNamed(param.name, param.tensor));
   }
-  for (const NamedTensorRef& moment : OptimizerTensors(trainer)) {
+  for (const NamedTensorRef& moment : OptimizerTensors(trainer, exp_avg, exp_avg_sq)) {
     moments.push_back(ToNamed(moment.name, moment.tensor));
   }
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
@@ -243,15 +247,28 @@ Result<void> ReadCheckpointFiles(Trainer& trainer, const std::string& dir) {
   const std::string optimizer_path = (step_dir / "optimizer.safetensors").string();
   auto moments = ReadSafetensors(optimizer_path);
   if (!moments) return std::unexpected(moments.error());
-  return LoadNamed(*moments, optimizer_path, OptimizerTensors(trainer));
+  std::vector<at::Tensor> exp_avg, exp_avg_sq;
+  trainer.OptimizerStateBuffers(exp_avg, exp_avg_sq);
+  if (auto loaded =
+          LoadNamed(*moments, optimizer_path, OptimizerTensors(trainer, exp_avg, exp_avg_sq));
+      !loaded) {
+    return loaded;
+  }
+  trainer.optimizer().SetMoments(std::move(exp_avg), std::move(exp_avg_sq));
+  return {};
 }
 
 }  // namespace
 
 Result<void> SaveCheckpoint(Trainer& trainer, const std::string& dir) {
   Result<void> local;
-  // Every participant holds the same weights and optimizer state: the first one writes them.
-  if (trainer.participants().rank() == 0) local = WriteCheckpointFiles(trainer, dir);
+  // Every participant holds the same weights and, gathered from their owners where the plan
+  // shards it, the same optimizer state: the first one writes them.
+  std::vector<at::Tensor> exp_avg, exp_avg_sq;
+  trainer.GatherOptimizerState(exp_avg, exp_avg_sq);
+  if (trainer.participants().rank() == 0) {
+    local = WriteCheckpointFiles(trainer, dir, exp_avg, exp_avg_sq);
+  }
   return Agree(trainer, local);
 }
 

@@ -4,8 +4,10 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
+#include <numeric>
 #include <string>
 
 namespace hexiseq::train {
@@ -88,13 +90,37 @@ double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm) {
   return norm;
 }
 
-Optimizer::Optimizer(const OptimizerConfig& config, std::vector<at::Tensor> params)
-    : config_(config), params_(std::move(params)) {
+std::vector<int> OptimizerShardOwners(const std::vector<at::Tensor>& params, int participants) {
+  std::vector<size_t> largest_first(params.size());
+  std::iota(largest_first.begin(), largest_first.end(), size_t{0});
+  std::stable_sort(largest_first.begin(), largest_first.end(),
+                   [&](size_t a, size_t b) { return params[a].numel() > params[b].numel(); });
+  std::vector<int64_t> held(participants, 0);
+  std::vector<int> owners(params.size(), 0);
+  for (size_t index : largest_first) {
+    const int owner = static_cast<int>(std::min_element(held.begin(), held.end()) - held.begin());
+    owners[index] = owner;
+    held[owner] += params[index].numel();
+  }
+  return owners;
+}
+
+Optimizer::Optimizer(const OptimizerConfig& config, std::vector<at::Tensor> params,
+                     std::vector<uint8_t> owned)
+    : config_(config), params_(std::move(params)), owned_(std::move(owned)) {
   if (config_.kind == OptimizerKind::kAdamW) {
-    for (const at::Tensor& param : params_) {
-      exp_avg_.push_back(at::zeros_like(param).detach());
-      exp_avg_sq_.push_back(at::zeros_like(param).detach());
+    for (size_t index = 0; index < params_.size(); ++index) {
+      exp_avg_.push_back(owns(index) ? at::zeros_like(params_[index]).detach() : at::Tensor());
+      exp_avg_sq_.push_back(owns(index) ? at::zeros_like(params_[index]).detach() : at::Tensor());
     }
+  }
+}
+
+void Optimizer::SetMoments(std::vector<at::Tensor> exp_avg, std::vector<at::Tensor> exp_avg_sq) {
+  if (config_.kind != OptimizerKind::kAdamW) return;
+  for (size_t index = 0; index < params_.size(); ++index) {
+    exp_avg_[index] = owns(index) ? exp_avg[index] : at::Tensor();
+    exp_avg_sq_[index] = owns(index) ? exp_avg_sq[index] : at::Tensor();
   }
 }
 
@@ -116,7 +142,7 @@ void Optimizer::AdamWStep(double lr) {
   const double bias_correction2_sqrt = std::sqrt(bias_correction2);
   for (size_t index = 0; index < params_.size(); ++index) {
     at::Tensor param = params_[index];
-    if (!param.grad().defined()) continue;
+    if (!owns(index) || !param.grad().defined()) continue;
     const at::Tensor grad = param.grad();
     param.mul_(1.0 - lr * config_.weight_decay);
     exp_avg_[index].mul_(config_.beta1).add_(grad, 1.0 - config_.beta1);
@@ -127,8 +153,9 @@ void Optimizer::AdamWStep(double lr) {
 }
 
 void Optimizer::SgdStep(double lr) {
-  for (at::Tensor& param : params_) {
-    if (!param.grad().defined()) continue;
+  for (size_t index = 0; index < params_.size(); ++index) {
+    at::Tensor& param = params_[index];
+    if (!owns(index) || !param.grad().defined()) continue;
     at::Tensor grad = param.grad();
     if (config_.weight_decay != 0) grad = grad.add(param, config_.weight_decay);
     param.add_(grad, -lr);

@@ -2,7 +2,8 @@
 // formulas as torch.optim (checked against torch::optim in tests): AdamW (decoupled weight decay,
 // bias correction) and plain SGD, a learning-rate schedule (linear warmup, then cosine decay to
 // min_lr), and clipping by the global gradient norm. Deterministic: the same gradients give the
-// same bits. Ignores parameter groups (one setting for every parameter).
+// same bits. The state can be sharded over ranks by whole parameters (ZeRO stage 1). Ignores
+// parameter groups (one setting for every parameter).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -40,17 +41,31 @@ double LearningRate(const OptimizerConfig& config, int64_t step);
 // norm before clipping.
 double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm);
 
+// The owners of the optimizer state when a plan shards it (ZeRO stage >= 1) over the
+// `participants` ranks that synchronise gradients: whole parameters, largest first, each to the
+// participant that holds the fewest elements so far (ties: the lowest rank). So each one updates
+// about 1 / participants of the elements, and every parameter is updated with the operations an
+// unsharded step runs on it (bit-identical results). Returns each parameter's owner.
+// REQUIRES: participants >= 1.
+std::vector<int> OptimizerShardOwners(const std::vector<at::Tensor>& params, int participants);
+
 class Optimizer {
  public:
-  Optimizer(const OptimizerConfig& config, std::vector<at::Tensor> params);
+  // `owned[i]` says whether this rank updates parameter i and keeps its moments (a sharded
+  // optimizer state: OptimizerShardOwners); empty: every parameter.
+  Optimizer(const OptimizerConfig& config, std::vector<at::Tensor> params,
+            std::vector<uint8_t> owned = {});
 
-  // One update of every parameter from its .grad() at learning rate `lr`.
+  // One update of every owned parameter from its .grad() at learning rate `lr`.
   void Step(double lr);
+  bool owns(size_t index) const { return owned_.empty() || owned_[index] != 0; }
+  // Takes moments for every parameter (resuming) and keeps the owned ones.
+  void SetMoments(std::vector<at::Tensor> exp_avg, std::vector<at::Tensor> exp_avg_sq);
 
   const OptimizerConfig& config() const { return config_; }
   int64_t steps_taken() const { return steps_taken_; }
   void set_steps_taken(int64_t steps) { steps_taken_ = steps; }
-  // AdamW moments, one per parameter (empty for SGD); writable for resuming.
+  // AdamW moments, one per parameter, undefined where not owned (empty for SGD).
   std::vector<at::Tensor>& exp_avg() { return exp_avg_; }
   std::vector<at::Tensor>& exp_avg_sq() { return exp_avg_sq_; }
 
@@ -60,6 +75,7 @@ class Optimizer {
 
   OptimizerConfig config_;
   std::vector<at::Tensor> params_;
+  std::vector<uint8_t> owned_;  // empty: every parameter
   std::vector<at::Tensor> exp_avg_, exp_avg_sq_;
   int64_t steps_taken_ = 0;
 };

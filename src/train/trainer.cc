@@ -7,7 +7,9 @@
 #include <sys/resource.h>
 #include <torch/csrc/autograd/autograd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "runtime/attention_kernels.h"
@@ -89,6 +91,37 @@ Result<std::unique_ptr<DataSource>> CheckInputs(const Plan& plan, const ModelSpe
   return OpenDataSource(resolved.data, resolved.seq_len, model.vocab, resolved.seed);
 }
 
+// Collective over `comm`: every rank's tensors (owners[i] == comm.rank()) copied into the others'
+// tensors[i] (the same shapes and dtype on every rank): one all-gather of each rank's tensors
+// packed in index order, each rank's block padded to the largest one's bytes.
+void ShareOwnedTensors(runtime::Comm& comm, const std::vector<int>& owners,
+                       std::vector<at::Tensor>& tensors) {
+  const int me = comm.rank();
+  std::vector<size_t> held(comm.size(), 0);
+  for (size_t index = 0; index < tensors.size(); ++index) {
+    HEXISEQ_CHECK(tensors[index].is_contiguous(), "sharded tensors are contiguous");
+    held[owners[index]] += tensors[index].nbytes();
+  }
+  const size_t block = *std::max_element(held.begin(), held.end());
+  std::vector<char> mine(block), all(block * comm.size());
+  size_t offset = 0;
+  for (size_t index = 0; index < tensors.size(); ++index) {
+    if (owners[index] != me) continue;
+    std::memcpy(mine.data() + offset, tensors[index].data_ptr(), tensors[index].nbytes());
+    offset += tensors[index].nbytes();
+  }
+  comm.Allgather(mine.data(), block, all.data());
+  std::vector<size_t> cursor(comm.size(), 0);
+  for (size_t index = 0; index < tensors.size(); ++index) {
+    const int owner = owners[index];
+    if (owner != me) {
+      std::memcpy(tensors[index].data_ptr(), all.data() + owner * block + cursor[owner],
+                  tensors[index].nbytes());
+    }
+    cursor[owner] += tensors[index].nbytes();
+  }
+}
+
 }  // namespace
 
 void SetComputeThreads(int threads) {
@@ -163,7 +196,12 @@ Result<void> Trainer::CreateReplicaState() {
   for (const NamedTensorRef& named : NamedParameters(weights_)) params_.push_back(named.tensor);
   shard_model_ =
       std::make_unique<LlamaShardModel>(model_, weights_, attention_, options_.recompute);
-  optimizer_ = std::make_unique<Optimizer>(options_.optimizer, params_);
+  std::vector<uint8_t> owned;
+  if (plan_.zero_stage >= 1 && comms_.participants->size() > 1) {
+    optimizer_owners_ = OptimizerShardOwners(params_, comms_.participants->size());
+    for (int owner : optimizer_owners_) owned.push_back(owner == comms_.participants->rank());
+  }
+  optimizer_ = std::make_unique<Optimizer>(options_.optimizer, params_, std::move(owned));
   // GradientSync sums in fp32 buffers: the model's bucket of parameters is that many floats.
   const int64_t bucket_bytes =
       options_.bucket_bytes > 0
@@ -302,11 +340,45 @@ Result<StepReport> Trainer::Step() {
     const runtime::ComputeRegion padded;  // --slowdown
     optimizer_->Step(report.lr);
   }
+  if (optimizer_sharded()) {  // ZeRO >= 1: every participant takes the weights their owners set
+    const double share_start = Now();
+    ShareOwnedTensors(*comms_.participants, optimizer_owners_, params_);
+    report.phases.grad_sync += Now() - share_start;
+  }
   ++step_;
   report.seconds = Now() - start;
   report.tokens_per_second =
       static_cast<double>(options_.batch) * options_.seq_len / std::max(report.seconds, 1e-12);
   return report;
+}
+
+}  // namespace hexiseq::train
+
+namespace hexiseq::train {
+
+void Trainer::GatherOptimizerState(std::vector<at::Tensor>& exp_avg,
+                                   std::vector<at::Tensor>& exp_avg_sq) {
+  exp_avg = optimizer_->exp_avg();
+  exp_avg_sq = optimizer_->exp_avg_sq();
+  if (!optimizer_sharded() || exp_avg.empty()) return;
+  for (std::vector<at::Tensor>* moments : {&exp_avg, &exp_avg_sq}) {
+    for (size_t index = 0; index < params_.size(); ++index) {
+      at::Tensor& moment = (*moments)[index];
+      moment = optimizer_->owns(index) ? moment.clone() : at::empty_like(params_[index]).detach();
+    }
+    ShareOwnedTensors(*comms_.participants, optimizer_owners_, *moments);
+  }
+}
+
+void Trainer::OptimizerStateBuffers(std::vector<at::Tensor>& exp_avg,
+                                    std::vector<at::Tensor>& exp_avg_sq) {
+  exp_avg = optimizer_->exp_avg();
+  exp_avg_sq = optimizer_->exp_avg_sq();
+  if (!optimizer_sharded() || exp_avg.empty()) return;
+  for (size_t index = 0; index < params_.size(); ++index) {
+    exp_avg[index] = at::zeros_like(params_[index]).detach();
+    exp_avg_sq[index] = at::zeros_like(params_[index]).detach();
+  }
 }
 
 }  // namespace hexiseq::train

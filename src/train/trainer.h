@@ -7,8 +7,9 @@
 // all-reduce. Each rank scales its tokens' losses by 1 / (B * S), so the weight gradients summed
 // over the participants in buckets (grad_sync.h, by default started from autograd hooks during the
 // last backward pass so that they overlap it) are the whole batch's: every replica weighted by its
-// tokens. They are clipped by the global norm and the optimizer updates the weights. Ranks the
-// plan leaves out take part in the start-up checks only.
+// tokens. They are clipped by the global norm and the optimizer updates the weights (at ZeRO >= 1
+// each participant its own parameters, then the weights are all-gathered). Ranks the plan leaves
+// out take part in the start-up checks only.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -109,6 +110,17 @@ class Trainer {
   int replica() const { return comms_.replica; }
   int num_replicas() const { return NumReplicas(plan_); }
   const GradientSync& grad_sync() const { return *grad_sync_; }
+  // Whether the plan shards the optimizer state (ZeRO stage >= 1, more than one participant):
+  // each participant keeps the moments of and updates its parameters (OptimizerShardOwners),
+  // then all-gathers the weights, which stay replicated, as do the gradients (ZeRO 2 and 3 shard
+  // those too in the cost model; here they run as stage 1).
+  bool optimizer_sharded() const { return !optimizer_owners_.empty(); }
+  // The AdamW moments of every parameter (empty for SGD): sharded, gathered from their owners
+  // (collective over the participants); otherwise the optimizer's own tensors.
+  void GatherOptimizerState(std::vector<at::Tensor>& exp_avg, std::vector<at::Tensor>& exp_avg_sq);
+  // Tensors to read every parameter's moments into before Optimizer::SetMoments: sharded, fresh
+  // ones; otherwise the optimizer's own tensors.
+  void OptimizerStateBuffers(std::vector<at::Tensor>& exp_avg, std::vector<at::Tensor>& exp_avg_sq);
   uint64_t plan_hash() const { return plan_hash_; }
 
  private:
@@ -135,6 +147,7 @@ class Trainer {
   std::vector<AttentionLayer> attention_;
   std::unique_ptr<LlamaShardModel> shard_model_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::vector<int> optimizer_owners_;  // per parameter, a participant rank; empty: not sharded
   std::unique_ptr<GradientSync> grad_sync_;
   int64_t step_ = 0;
   uint64_t plan_hash_ = 0;

@@ -11,7 +11,8 @@ sequences per step:
 
 Every run's losses must equal the reference's within 1e-5 relative at step 0 and 1e-4 after
 (float sums in another order), and its final weights (--save) within 1e-4 relative (max |a - b| /
-max |b| per tensor). The left-out rank must exit 0 with one line saying it is left out. A --batch
+max |b| per tensor). The replicas plan at ZeRO 1 (optimizer state sharded) must give the same
+bits as at ZeRO 0: step lines, saved weights and saved optimizer state. The left-out rank must exit 0 with one line saying it is left out. A --batch
 that differs from the plan's must fail on every rank with the rule, without hanging.
 Prints "train-replicas: PASS" on success; exits 1 otherwise."""
 import argparse
@@ -89,6 +90,35 @@ def check_left_out_line(result, failures):
         failures.append(f"left_out: no left-out line from rank 3 in:\n{result.stderr}")
 
 
+def check_zero1(args, tmp, replicas, failures):
+    """The replicas plan at ZeRO 1 (the optimizer state sharded over the 4 participants): every
+    step line and the saved weights and optimizer state are the same bits as unsharded."""
+    plan = json.load(open(os.path.join(args.plans, "replicas2_tiny.json")))
+    plan["zero_stage"] = 1
+    plan_path = os.path.join(tmp, "replicas2_zero1.json")
+    json.dump(plan, open(plan_path, "w"))
+    save = os.path.join(tmp, "zero1")
+    result = train(args, plan_path, 4, ["--save", save])
+    if result.returncode != 0:
+        failures.append(f"zero1: exit {result.returncode}\n{result.stderr}")
+        return
+    if "ZeRO 1: the optimizer state is sharded over the 4 participants" not in result.stderr:
+        failures.append(f"zero1: no sharding line in:\n{result.stderr}")
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    unsharded = [line for line in replicas.stdout.splitlines() if line.startswith("{")]
+    strip = lambda line: {k: v for k, v in json.loads(line).items()  # noqa: E731
+                          if k in ("step", "loss", "recall_loss", "grad_norm", "lr")}
+    if [strip(line) for line in lines] != [strip(line) for line in unsharded]:
+        failures.append("zero1: step lines differ from the unsharded run's:\n" +
+                        "\n".join(lines) + "\nvs\n" + "\n".join(unsharded))
+    for name in ("model.safetensors", "optimizer.safetensors"):
+        ours = open(os.path.join(save, f"step-{STEPS:08d}", name), "rb").read()
+        theirs = open(os.path.join(tmp, "replicas", f"step-{STEPS:08d}", name), "rb").read()
+        if ours != theirs:
+            failures.append(f"zero1: {name} differs from the unsharded run's")
+    print("zero1: step lines, weights and optimizer state bit-identical to unsharded")
+
+
 def check_batch_mismatch(args, failures):
     result = train(args, "replicas2_tiny.json", 4, ["--batch", "2"])
     message = ("--batch = 2 but the plan has batch = 4 (rule: a step trains the plan's batch, "
@@ -120,6 +150,7 @@ def main():
             check_run(name, results[name], reference_losses, reference_weights,
                       os.path.join(tmp, name), failures)
         check_left_out_line(results["left_out"], failures)
+        check_zero1(args, tmp, results["replicas"], failures)
     check_batch_mismatch(args, failures)
     for failure in failures:
         print(failure)

@@ -59,6 +59,47 @@ TEST(Optimizer, AdamWMatchesTorchOptim) {
   EXPECT_EQ(optimizer.steps_taken(), kSteps);
 }
 
+TEST(Optimizer, ShardOwnersBalanceWholeParametersLargestFirst) {
+  // 35, 11 and 24 elements over 2 ranks: 35 to rank 0, 24 to rank 1, 11 to rank 1 (24 < 35).
+  EXPECT_EQ(OptimizerShardOwners(RandomParams(3), 2), (std::vector<int>{0, 1, 1}));
+  EXPECT_EQ(OptimizerShardOwners(RandomParams(3), 1), (std::vector<int>{0, 0, 0}));
+  // More ranks than parameters: one each, the rest own nothing.
+  EXPECT_EQ(OptimizerShardOwners(RandomParams(3), 5), (std::vector<int>{0, 2, 1}));
+}
+
+TEST(Optimizer, ShardedStepsAreBitIdenticalToOneUnshardedStep) {
+  // Two "ranks" each update the parameters they own from the same gradients (as every
+  // participant holds the summed gradients); the owners' results are the unsharded step's bits.
+  OptimizerConfig config;
+  config.weight_decay = 0.1;
+  std::vector<at::Tensor> whole = RandomParams(5), rank0 = RandomParams(5), rank1 = RandomParams(5);
+  const std::vector<int> owners = OptimizerShardOwners(whole, 2);
+  std::vector<uint8_t> owned0, owned1;
+  for (int owner : owners) {
+    owned0.push_back(owner == 0);
+    owned1.push_back(owner == 1);
+  }
+  Optimizer unsharded(config, whole), shard0(config, rank0, owned0), shard1(config, rank1, owned1);
+  EXPECT_FALSE(shard0.exp_avg()[1].defined()) << "no moments for a parameter another rank owns";
+  for (int step = 0; step < kSteps; ++step) {
+    SetRandomGrads(whole, rank0, step);
+    SetRandomGrads(whole, rank1, step);
+    unsharded.Step(0.01);
+    shard0.Step(0.01);
+    shard1.Step(0.01);
+    for (size_t index = 0; index < whole.size(); ++index) {  // the all-gather of the weights
+      const at::Tensor& updated = owners[index] == 0 ? rank0[index] : rank1[index];
+      rank0[index].detach().copy_(updated);
+      rank1[index].detach().copy_(updated);
+    }
+  }
+  for (size_t index = 0; index < whole.size(); ++index) {
+    EXPECT_TRUE(at::equal(rank0[index], whole[index])) << "parameter " << index;
+    Optimizer& owner = owners[index] == 0 ? shard0 : shard1;
+    EXPECT_TRUE(at::equal(owner.exp_avg_sq()[index], unsharded.exp_avg_sq()[index]));
+  }
+}
+
 TEST(Optimizer, SgdMatchesTorchOptim) {
   OptimizerConfig config;
   config.kind = OptimizerKind::kSgd;

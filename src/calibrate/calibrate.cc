@@ -6,11 +6,13 @@
 
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "calibrate/calibrate_internal.h"
 #include "runtime/mpi_comm.h"
 #include "runtime/slowdown.h"
 #include "runtime/str_cat.h"
+#include "spec/limits.h"
 
 namespace hexiseq::calibrate {
 namespace {
@@ -115,6 +117,23 @@ Result<void> CheckMeasured(const std::vector<RankMeasurement>& ranks,
                                  " probe at ", point.tokens, " tokens measured ", point.seconds,
                                  " s for ", point.flops, " FLOPs (", rule,
                                  "; hint: rerun; check that the rank's process was not stopped)"));
+        }
+      }
+    }
+    for (const auto& [kind, curve, rate] :
+         {std::tuple{"GEMM", &rank.gemm, rank.gemm_rate},
+          std::tuple{"attention", &rank.attention, rank.attention_rate}}) {
+      for (const RatePoint& point : *curve) {
+        const double multiple = point.flops_per_second() / rate;
+        if (multiple > kMaxRateCurveFactor) {
+          return Internal(StrCat(
+              "calibrate: rank ", rank.rank, " (", rank.host, "): the ", kind, " probe at ",
+              point.tokens, " tokens measured ", multiple,
+              " times the rate at the even split (rule: a rank's rates at other sizes are at most ",
+              kMaxRateCurveFactor,
+              "x that one, as a cluster file's rate_curve must be; so wide "
+              "a spread means the rank lost its core while the even split was timed; hint: rerun "
+              "on a quieter machine)"));
         }
       }
     }

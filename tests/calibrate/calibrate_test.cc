@@ -286,6 +286,20 @@ TEST(CalibrateChecks, AFailedMeasurementIsAnErrorNotAZero) {
   calibration = ThreeRanks();
   calibration.ranks[2].host = "";
   EXPECT_FALSE(internal::CheckMeasured(calibration.ranks, calibration.pairs).has_value());
+  // A point 4.2x the even split's rate (the rank lost its core while the even split was timed):
+  // a cluster file's rate_curve may not hold it, so calibrate says so instead of writing one.
+  calibration = ThreeRanks();
+  calibration.ranks[1].gemm.insert(calibration.ranks[1].gemm.begin(),
+                                   RatePoint{682, 4.2 * 10.5e9, 1.0});
+  auto spread = internal::CheckMeasured(calibration.ranks, calibration.pairs);
+  ASSERT_FALSE(spread.has_value());
+  EXPECT_NE(spread.error().message.find("rank 1 (a): the GEMM probe at 682 tokens measured 4.2 "
+                                        "times the rate at the even split"),
+            std::string::npos)
+      << spread.error().message;
+  EXPECT_NE(spread.error().message.find("hint: rerun on a quieter machine"), std::string::npos);
+  calibration.ranks[1].gemm.front().flops = 4.0 * 10.5e9;  // the largest a cluster file takes
+  EXPECT_TRUE(internal::CheckMeasured(calibration.ranks, calibration.pairs).has_value());
 }
 
 TEST(CalibrateLinks, BandwidthLeavesOutSizesLostInTheNoise) {

@@ -352,19 +352,14 @@ Result<StepReport> Trainer::Step() {
   return report;
 }
 
-}  // namespace hexiseq::train
-
-namespace hexiseq::train {
-
 void Trainer::GatherOptimizerState(std::vector<at::Tensor>& exp_avg,
                                    std::vector<at::Tensor>& exp_avg_sq) {
   exp_avg = optimizer_->exp_avg();
   exp_avg_sq = optimizer_->exp_avg_sq();
   if (!optimizer_sharded() || exp_avg.empty()) return;
   for (std::vector<at::Tensor>* moments : {&exp_avg, &exp_avg_sq}) {
-    for (size_t index = 0; index < params_.size(); ++index) {
-      at::Tensor& moment = (*moments)[index];
-      moment = optimizer_->owns(index) ? moment.clone() : at::empty_like(params_[index]).detach();
+    for (size_t index = 0; index < params_.size(); ++index) {  // owned ones are only read
+      if (!optimizer_->owns(index)) (*moments)[index] = at::empty_like(params_[index]).detach();
     }
     ShareOwnedTensors(*comms_.participants, optimizer_owners_, *moments);
   }

@@ -303,9 +303,10 @@ int TrainOnThisRank(std::unique_ptr<runtime::Comm>& world, const TrainFlags& fla
   if ((*trainer)->optimizer_sharded() && (*trainer)->participants().rank() == 0) {
     std::fprintf(stderr,
                  "train: ZeRO %d: the optimizer state is sharded over the %d participants by "
-                 "whole parameters%s\n",
+                 "whole parameters; each receives its parameters' gradient sums "
+                 "(reduce-scatter)%s\n",
                  plan->zero_stage, (*trainer)->participants().size(),
-                 plan->zero_stage >= 2 ? " (gradients and weights stay replicated: stage 1)" : "");
+                 plan->zero_stage >= 3 ? " (the weights stay replicated: stage 2)" : "");
   }
   return TrainSteps(**trainer, flags, watchdog);
 }

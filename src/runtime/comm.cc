@@ -11,6 +11,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <numeric>
 #include <thread>
 #include <tuple>
 
@@ -32,21 +33,36 @@ RequestPtr Comm::IallreduceSum(std::span<float> data) {
   return request;
 }
 
+RequestPtr Comm::IreduceScatterSum(const float* send, std::span<const int64_t> counts,
+                                   float* recv) {
+  const int64_t offset = std::accumulate(counts.begin(), counts.begin() + rank(), int64_t{0});
+  std::vector<float> sum(send, send + std::accumulate(counts.begin(), counts.end(), int64_t{0}));
+  RequestPtr reduce = IallreduceSum(std::span<float>(sum));
+  Wait(*reduce);
+  std::copy_n(sum.begin() + offset, counts[rank()], recv);
+  auto request = std::make_unique<Request>();
+  MarkDone(*request);
+  return request;
+}
+
 namespace {
 
 struct InProcRequest : Request {
   bool complete = false;  // guarded by State::mu
 };
 
-// A started in-process all-reduce: every peer's contribution is received into `gathered`
-// (eager sends, so only the receives are pending); completing it sums in rank order into `data`.
+// A started in-process all-reduce or reduce-scatter: every peer's contribution (to this rank's
+// elements) is received into `gathered` (eager sends, so only the receives are pending);
+// completing it sums in rank order into `data`.
 struct InProcAllreduce : Request {
   std::span<float> data;
   std::vector<float> gathered;  // peer-major: peer * data.size() + index
   std::vector<RequestPtr> parts;
 };
 
-constexpr int kIallreduceTag = 2;  // on the collective context (Alltoallv 0, Allgather 1)
+// On the collective context (Alltoallv 0, Allgather 1).
+constexpr int kIallreduceTag = 2;
+constexpr int kIreduceScatterTag = 3;
 
 struct Message {
   int context = 0;
@@ -181,6 +197,27 @@ class InProcComm final : public Comm {
     for (int peer = 0; peer < n; ++peer) {
       reduce->parts.push_back(
           Send(context_ + 1, data.data(), data.size_bytes(), peer, kIallreduceTag));
+    }
+    return reduce;
+  }
+
+  RequestPtr IreduceScatterSum(const float* send, std::span<const int64_t> counts,
+                               float* recv) override {
+    const int n = size();
+    HEXISEQ_CHECK(static_cast<int>(counts.size()) == n, "IreduceScatterSum: one count per rank");
+    const auto mine = static_cast<size_t>(counts[rank()]);
+    auto reduce = std::make_unique<InProcAllreduce>();
+    reduce->data = std::span<float>(recv, mine);
+    reduce->gathered.resize(mine * n);
+    for (int peer = 0; peer < n; ++peer) {
+      reduce->parts.push_back(Recv(context_ + 1, reduce->gathered.data() + peer * mine,
+                                   mine * sizeof(float), peer, kIreduceScatterTag));
+    }
+    const float* block = send;
+    for (int peer = 0; peer < n; ++peer) {
+      const auto bytes = static_cast<size_t>(counts[peer]) * sizeof(float);
+      reduce->parts.push_back(Send(context_ + 1, block, bytes, peer, kIreduceScatterTag));
+      block += counts[peer];
     }
     return reduce;
   }

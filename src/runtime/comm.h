@@ -64,6 +64,15 @@ class Comm {
   // all-reduces in the same order. The default runs AllreduceSum at once and returns a completed
   // request; transports override it to overlap the sum with other work.
   virtual RequestPtr IallreduceSum(std::span<float> data);
+  // Starts a reduce-scatter: `counts` (one per rank, the same on every rank) cut `send` into
+  // blocks in rank order; once Wait (or a Test that returns true) completes the request, `recv`
+  // (counts[rank()] elements) holds the sum over ranks of block rank(), the same sums as
+  // IallreduceSum gives those elements (the in-process transport and slowed links sum both in
+  // rank order; OpenMPI's nonblocking collectives agree too). REQUIRES: both buffers stay valid
+  // and untouched until then; every rank starts the same collectives in the same order. The
+  // default runs IallreduceSum on a copy at once and returns a completed request.
+  virtual RequestPtr IreduceScatterSum(const float* send, std::span<const int64_t> counts,
+                                       float* recv);
   // Every rank contributes `bytes` bytes; `recv` receives size() * bytes, in rank order.
   virtual void Allgather(const void* send, size_t bytes, void* recv) = 0;
   virtual void Barrier() = 0;

@@ -27,6 +27,7 @@ constexpr double kSecondsPerNs = 1e-9;
 constexpr int kAllToAllTag = 1;
 constexpr int kAllgatherTag = 2;
 constexpr int kIallreduceTag = 3;
+constexpr int kIreduceScatterTag = 4;
 // A thread waiting for its own held-back send sleeps until this long before the release time and
 // spins the rest.
 constexpr auto kSpinBefore = std::chrono::microseconds(200);
@@ -295,7 +296,8 @@ struct LinkRequest : Request {
   std::shared_ptr<PendingSend> pending;
 };
 
-// A nonblocking all-reduce over delayed messages: an all-gather summed in rank order on completion.
+// A nonblocking all-reduce (or reduce-scatter) over delayed messages: every rank's contribution to
+// this rank's elements gathered, summed in rank order on completion.
 struct GatherSumRequest : Request {
   std::vector<RequestPtr> parts;
   std::vector<float> gathered;
@@ -380,6 +382,8 @@ class LinkDelayComm final : public Comm {
     AllreduceSumByAllgather<float>(*this, data);
   }
   RequestPtr IallreduceSum(std::span<float> data) override;
+  RequestPtr IreduceScatterSum(const float* send, std::span<const int64_t> counts,
+                               float* recv) override;
   void Allgather(const void* send, size_t bytes, void* recv) override;
   void Barrier() override { inner_->Barrier(); }
   std::unique_ptr<Comm> Split(int color, int key) override;
@@ -472,6 +476,35 @@ RequestPtr LinkDelayComm::IallreduceSum(std::span<float> data) {
   sum->peers = size();
   sum->gathered.resize(data.size() * size());
   sum->parts = StartGather(data.data(), data.size_bytes(), sum->gathered.data(), kIallreduceTag);
+  return sum;
+}
+
+RequestPtr LinkDelayComm::IreduceScatterSum(const float* send, std::span<const int64_t> counts,
+                                            float* recv) {
+  if (!slowed_) {
+    auto request = std::make_unique<LinkRequest>();
+    request->inner = inner_->IreduceScatterSum(send, counts, recv);
+    return request;
+  }
+  const int me = rank();
+  const auto mine = static_cast<size_t>(counts[me]);
+  auto sum = std::make_unique<GatherSumRequest>();
+  sum->data = std::span<float>(recv, mine);
+  sum->peers = size();
+  sum->gathered.resize(mine * size());
+  Comm& side = Side();
+  const float* block = send;
+  for (int peer = 0; peer < size(); ++peer) {  // block `peer` of every rank goes to rank `peer`
+    if (peer != me) {
+      sum->parts.push_back(side.Irecv(sum->gathered.data() + peer * mine, mine * sizeof(float),
+                                      peer, kIreduceScatterTag));
+      sum->parts.push_back(side.Isend(block, static_cast<size_t>(counts[peer]) * sizeof(float),
+                                      peer, kIreduceScatterTag));
+    } else {
+      std::copy_n(block, mine, sum->gathered.data() + me * mine);
+    }
+    block += counts[peer];
+  }
   return sum;
 }
 

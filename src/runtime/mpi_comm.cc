@@ -24,6 +24,10 @@ namespace {
 struct MpiRequest : Request {
   MPI_Request handle = MPI_REQUEST_NULL;
 };
+// A collective whose count array MPI reads until it completes.
+struct MpiCountsRequest : MpiRequest {
+  std::vector<int> counts;
+};
 
 // What this process's communication is doing, for the watchdog: how many blocking calls (and
 // successful tests) completed, and whether the main thread is inside a blocking call now.
@@ -229,14 +233,29 @@ class MpiComm final : public Comm {
     const BlockingCall call;
     Allreduce(data.data(), CheckedInt(data.size()), MPI_DOUBLE);
   }
+  // Through the nonblocking all-reduce, so that the sums are IallreduceSum's bits (OpenMPI's
+  // blocking all-reduce adds in another order at some sizes, e.g. 3 ranks and 20000 floats).
   void AllreduceSum(std::span<float> data) override {
     const BlockingCall call;
-    Allreduce(data.data(), CheckedInt(data.size()), MPI_FLOAT);
+    MPI_Request handle = MPI_REQUEST_NULL;
+    MPI_Iallreduce(MPI_IN_PLACE, data.data(), CheckedInt(data.size()), MPI_FLOAT, MPI_SUM, comm_,
+                   &handle);
+    CompleteAll(1, &handle);
   }
   RequestPtr IallreduceSum(std::span<float> data) override {
     auto request = std::make_unique<MpiRequest>();
     MPI_Iallreduce(MPI_IN_PLACE, data.data(), CheckedInt(data.size()), MPI_FLOAT, MPI_SUM, comm_,
                    &request->handle);
+    return request;
+  }
+  RequestPtr IreduceScatterSum(const float* send, std::span<const int64_t> counts,
+                               float* recv) override {
+    HEXISEQ_CHECK(static_cast<int>(counts.size()) == size_,
+                  "IreduceScatterSum: one count per rank");
+    auto request = std::make_unique<MpiCountsRequest>();
+    for (int64_t count : counts) request->counts.push_back(CheckedInt(static_cast<size_t>(count)));
+    MPI_Ireduce_scatter(send, recv, request->counts.data(), MPI_FLOAT, MPI_SUM, comm_,
+                        &request->handle);
     return request;
   }
   void Allgather(const void* send, size_t bytes, void* recv) override {

@@ -1,8 +1,8 @@
 // RecordingComm: a Comm decorator that forwards every call to an inner communicator and records
 // (source, destination, bytes) of every point-to-point send and of every all-to-all piece sent to
 // another rank, in world ranks, into a log shared by all ranks. Tests compare the log with the
-// layer schedule. Collectives other than all-to-all (all-gather, all-reduce, barrier) are not
-// recorded: they carry agreement checks, not attention data.
+// layer schedule. Collectives other than all-to-all (all-gather, all-reduce, reduce-scatter,
+// barrier) are not recorded: they carry agreement checks, not attention data.
 #pragma once
 
 #include <compare>
@@ -59,6 +59,10 @@ class RecordingComm : public Comm {
   void AllreduceSum(std::span<double> data) override { inner_.AllreduceSum(data); }
   void AllreduceSum(std::span<float> data) override { inner_.AllreduceSum(data); }
   RequestPtr IallreduceSum(std::span<float> data) override { return inner_.IallreduceSum(data); }
+  RequestPtr IreduceScatterSum(const float* send, std::span<const int64_t> counts,
+                               float* recv) override {
+    return inner_.IreduceScatterSum(send, counts, recv);
+  }
   void Allgather(const void* send, size_t bytes, void* recv) override {
     inner_.Allgather(send, bytes, recv);
   }

@@ -33,10 +33,11 @@ class ReadyHook : public torch::autograd::FunctionPostHook {
 }  // namespace
 
 GradientSync::GradientSync(const std::vector<at::Tensor>& params, int64_t bucket_bytes,
-                           bool overlap, runtime::Comm& world)
+                           bool overlap, runtime::Comm& world, std::vector<int> owners)
     : params_(params),
       world_(world),
       overlap_(overlap),
+      owners_(std::move(owners)),
       bucket_of_(params.size()),
       ready_(params.size(), 0) {
   const int64_t bucket_elements =
@@ -55,6 +56,7 @@ GradientSync::GradientSync(const std::vector<at::Tensor>& params, int64_t bucket
       bucket_of_[index] = buckets_.size();
     }
     end = bucket.begin;
+    LayOut(bucket);
     buckets_.push_back(std::move(bucket));
   }
   ready_count_.assign(buckets_.size(), 0);
@@ -68,17 +70,31 @@ GradientSync::GradientSync(const std::vector<at::Tensor>& params, int64_t bucket
   }
 }
 
+void GradientSync::LayOut(Bucket& bucket) const {
+  for (size_t index = bucket.begin; index < bucket.end; ++index) bucket.order.push_back(index);
+  std::stable_sort(bucket.order.begin(), bucket.order.end(),
+                   [&](size_t a, size_t b) { return OwnerOf(a) < OwnerOf(b); });
+  bucket.counts.assign(world_.size(), 0);
+  int64_t offset = 0;
+  for (size_t index : bucket.order) {
+    bucket.offset.push_back(offset);
+    offset += params_[index].numel();
+    bucket.counts[OwnerOf(index)] += params_[index].numel();
+  }
+}
+
 GradientSync::~GradientSync() {
   for (Bucket& bucket : buckets_) {
     if (bucket.request) world_.Wait(*bucket.request);
   }
 }
 
-void GradientSync::Arm() {
+void GradientSync::Arm(bool to_owners) {
   for (Bucket& bucket : buckets_) {  // left over only by a backward that threw
     if (bucket.request) world_.Wait(*bucket.request);
     bucket.request.reset();
   }
+  to_owners_ = to_owners && !owners_.empty();
   armed_ = overlap_;
   std::fill(ready_.begin(), ready_.end(), 0);
   std::fill(ready_count_.begin(), ready_count_.end(), 0);
@@ -102,21 +118,47 @@ void GradientSync::OnGradientReady(size_t index) {
 void GradientSync::StartBucket(Bucket& bucket) {
   at::NoGradGuard no_grad;
   bucket.flat.resize(bucket.elements);
-  int64_t offset = 0;
-  for (size_t index = bucket.begin; index < bucket.end; ++index) {
-    const at::Tensor& param = params_[index];
+  for (size_t slot = 0; slot < bucket.order.size(); ++slot) {
+    const at::Tensor& param = params_[bucket.order[slot]];
+    float* out = bucket.flat.data() + bucket.offset[slot];
     if (param.grad().defined()) {
       const at::Tensor grad = param.grad().to(at::kFloat).contiguous();
-      std::copy_n(grad.data_ptr<float>(), grad.numel(), bucket.flat.data() + offset);
+      std::copy_n(grad.data_ptr<float>(), grad.numel(), out);
     } else {
-      std::fill_n(bucket.flat.data() + offset, param.numel(), 0.0f);
+      std::fill_n(out, param.numel(), 0.0f);
     }
-    offset += param.numel();
   }
-  if (overlap_) {
+  if (to_owners_) {
+    bucket.owned_sum.resize(bucket.counts[world_.rank()]);
+    bucket.request =
+        world_.IreduceScatterSum(bucket.flat.data(), bucket.counts, bucket.owned_sum.data());
+    if (!overlap_) world_.Wait(*bucket.request);
+  } else if (overlap_) {
     bucket.request = world_.IallreduceSum(std::span<float>(bucket.flat));
   } else {
     world_.AllreduceSum(std::span<float>(bucket.flat));
+  }
+}
+
+// After the bucket's sum: every parameter's .grad() from `flat`, or (to owners) this rank's from
+// `owned_sum` (its block starts at the first parameter it owns) and the others' released.
+void GradientSync::WriteBack(Bucket& bucket) {
+  const int me = world_.rank();
+  int64_t block_start = -1;
+  for (size_t slot = 0; slot < bucket.order.size(); ++slot) {
+    const at::Tensor& param = params_[bucket.order[slot]];
+    if (to_owners_ && OwnerOf(bucket.order[slot]) != me) {
+      param.mutable_grad() = at::Tensor();
+      continue;
+    }
+    const float* sums = bucket.flat.data() + bucket.offset[slot];
+    if (to_owners_) {
+      if (block_start < 0) block_start = bucket.offset[slot];
+      sums = bucket.owned_sum.data() + (bucket.offset[slot] - block_start);
+    }
+    if (!param.grad().defined()) param.mutable_grad() = at::zeros_like(param);
+    param.mutable_grad().copy_(at::from_blob(const_cast<float*>(sums), param.sizes(),
+                                             at::TensorOptions().dtype(at::kFloat)));
   }
 }
 
@@ -139,17 +181,7 @@ double GradientSync::Finish() {
       world_.Wait(*bucket.request);
       bucket.request.reset();
     }
-    int64_t offset = 0;
-    for (size_t index = bucket.begin; index < bucket.end; ++index) {
-      const at::Tensor& param = params_[index];
-      if (!param.grad().defined()) {
-        param.mutable_grad() = at::zeros_like(param);
-      }
-      at::Tensor grad = param.mutable_grad();
-      grad.copy_(at::from_blob(bucket.flat.data() + offset, grad.sizes(),
-                               at::TensorOptions().dtype(at::kFloat)));
-      offset += param.numel();
-    }
+    WriteBack(bucket);
   }
   next_bucket_ = 0;
   return Now() - start;

@@ -5,7 +5,12 @@
 // all of them before clipping; blocking mode runs the same buckets with Comm::AllreduceSum after
 // backward. Buckets start strictly in order on every rank (a ready bucket waits for the ones
 // before it), so ranks whose backward finishes gradients in another order still match.
-// Ignores: gradient compression, ZeRO sharding (weights are replicated).
+// With owners (ZeRO >= 1: each parameter updated by one participant, OptimizerShardOwners), a
+// pass armed `to_owners` reduce-scatters each bucket instead (Comm::IreduceScatterSum, its flat
+// buffer laid out owner by owner): each rank receives the sums of its own parameters only, half an
+// all-reduce's traffic, and the other parameters' gradients are released. Their sums are the
+// all-reduce's bits (comm.h). Ignores: gradient compression; the gradients' memory (every
+// gradient is held during the backward, and the buckets keep one copy of them all).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -21,20 +26,23 @@ namespace hexiseq::train {
 class GradientSync {
  public:
   // `params` (leaf tensors that require grad) and `world` must outlive this object. With
-  // `overlap`, registers a post hook on each parameter's gradient accumulator.
+  // `overlap`, registers a post hook on each parameter's gradient accumulator. `owners`: per
+  // parameter the rank of `world` that updates it, or empty (no pass goes to owners).
   GradientSync(const std::vector<at::Tensor>& params, int64_t bucket_bytes, bool overlap,
-               runtime::Comm& world);
+               runtime::Comm& world, std::vector<int> owners = {});
   ~GradientSync();
   GradientSync(const GradientSync&) = delete;
   GradientSync& operator=(const GradientSync&) = delete;
 
   // Call before the backward pass that completes the step's gradients (the last of a gradient
   // accumulation): from then on, each gradient the backward finishes may start its bucket.
-  void Arm();
+  // `to_owners` (with owners): the pass reduce-scatters to the owners.
+  void Arm(bool to_owners = false);
 
   // Collective: starts the buckets not started yet (a parameter backward did not reach gets a
-  // zero gradient), waits for all, and writes the sums into every .grad(). Returns the seconds
-  // spent here (the sync time backward did not hide).
+  // zero gradient), waits for all, and writes the sums into every .grad() (to owners: into this
+  // rank's parameters' and releases the others'). Returns the seconds spent here (the sync time
+  // backward did not hide).
   double Finish();
 
   // Called by the hook of parameter `index` when backward has accumulated its gradient.
@@ -48,16 +56,25 @@ class GradientSync {
   struct Bucket {
     size_t begin = 0, end = 0;  // parameters [begin, end)
     int64_t elements = 0;
+    std::vector<size_t> order;    // its parameters in flat order: by owner, then by index
+    std::vector<int64_t> offset;  // per parameter of `order`: first element in `flat`
+    std::vector<int64_t> counts;  // per rank: elements of the parameters it owns
     std::vector<float> flat;
+    std::vector<float> owned_sum;  // to owners: the sums of this rank's block
     runtime::RequestPtr request;
   };
 
+  void LayOut(Bucket& bucket) const;
   void StartBucket(Bucket& bucket);
+  void WriteBack(Bucket& bucket);
   void DrivePending();
+  int OwnerOf(size_t index) const { return owners_.empty() ? 0 : owners_[index]; }
 
   const std::vector<at::Tensor>& params_;
   runtime::Comm& world_;
   bool overlap_;
+  std::vector<int> owners_;
+  bool to_owners_ = false;            // this pass
   std::vector<Bucket> buckets_;       // in start order
   std::vector<size_t> bucket_of_;     // parameter index -> bucket index
   std::vector<int64_t> ready_count_;  // per bucket: parameters whose gradient is complete

@@ -70,14 +70,25 @@ double LearningRate(const OptimizerConfig& config, int64_t step) {
          (config.lr - config.min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
 }
 
+std::vector<double> GradSquaredNorms(const std::vector<at::Tensor>& params) {
+  at::NoGradGuard no_grad;
+  std::vector<double> squares(params.size(), 0.0);
+  for (size_t index = 0; index < params.size(); ++index) {
+    const at::Tensor& grad = params[index].grad();
+    if (grad.defined()) squares[index] = grad.to(at::kDouble).pow(2).sum().item<double>();
+  }
+  return squares;
+}
+
 double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm) {
+  return ClipGradNorm(params, GradSquaredNorms(params), max_norm);
+}
+
+double ClipGradNorm(const std::vector<at::Tensor>& params, std::span<const double> squares,
+                    double max_norm) {
   at::NoGradGuard no_grad;
   double sum_squares = 0;
-  for (const at::Tensor& param : params) {
-    if (param.grad().defined()) {
-      sum_squares += param.grad().to(at::kDouble).pow(2).sum().item<double>();
-    }
-  }
+  for (double square : squares) sum_squares += square;
   const double norm = std::sqrt(sum_squares);
   if (max_norm > 0 && std::isfinite(norm)) {
     const double coefficient = max_norm / (norm + kClipEpsilon);

@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "spec/error.h"
@@ -36,9 +37,16 @@ Result<void> ValidateOptimizerConfig(const OptimizerConfig& config);
 // min_lr + (lr - min_lr) * (1 + cos(pi * progress)) / 2 with progress from 0 to 1 at total_steps.
 double LearningRate(const OptimizerConfig& config, int64_t step);
 
-// Global L2 norm of the gradients (accumulated in double); when it exceeds max_norm > 0, scales
-// every gradient by max_norm / (norm + 1e-6) like torch.nn.utils.clip_grad_norm_. Returns the
-// norm before clipping.
+// Per parameter, the sum of its gradient's squares in double (0 where .grad() is undefined).
+std::vector<double> GradSquaredNorms(const std::vector<at::Tensor>& params);
+
+// Global L2 norm of the gradients: the square root of `squares` (GradSquaredNorms, possibly
+// summed over ranks that each hold some gradients) added in parameter order; when it exceeds
+// max_norm > 0, scales every defined gradient by max_norm / (norm + 1e-6) like
+// torch.nn.utils.clip_grad_norm_. Returns the norm before clipping.
+double ClipGradNorm(const std::vector<at::Tensor>& params, std::span<const double> squares,
+                    double max_norm);
+// The same with every gradient on this rank: ClipGradNorm(params, GradSquaredNorms(params), ...).
 double ClipGradNorm(const std::vector<at::Tensor>& params, double max_norm);
 
 // The owners of the optimizer state when a plan shards it (ZeRO stage >= 1) over the

@@ -208,7 +208,7 @@ Result<void> Trainer::CreateReplicaState() {
           ? options_.bucket_bytes
           : static_cast<int64_t>(model_.GradBucketParams()) * static_cast<int64_t>(sizeof(float));
   grad_sync_ = std::make_unique<GradientSync>(params_, bucket_bytes, options_.overlap_grad_sync,
-                                              *comms_.participants);
+                                              *comms_.participants, optimizer_owners_);
   return {};
 }
 
@@ -244,8 +244,8 @@ PhaseSeconds Trainer::AttentionPhases() const {
   return phases;
 }
 
-Result<std::vector<double>> Trainer::Accumulate(std::span<const Sequence> mine,
-                                                double predictions) {
+Result<std::vector<double>> Trainer::Accumulate(std::span<const Sequence> mine, double predictions,
+                                                bool to_owners) {
   std::vector<double> sums(3, 0.0);  // loss sum, recall loss sum, recall count
   try {
     for (size_t index = 0; index < mine.size(); ++index) {
@@ -253,7 +253,7 @@ Result<std::vector<double>> Trainer::Accumulate(std::span<const Sequence> mine,
       runtime::MarkComputeStart();  // --slowdown pads the compute between attention calls
       const at::Tensor losses = shard_model_->TokenLosses(MakeShard(sequence));
       // The last backward completes the gradients: it may start their all-reduces.
-      if (index + 1 == mine.size()) grad_sync_->Arm();
+      if (index + 1 == mine.size()) grad_sync_->Arm(to_owners);
       (losses.sum() / predictions).backward();
       runtime::PadComputeSinceMark();
       const at::Tensor detached = losses.detach().to(at::kDouble);
@@ -286,16 +286,16 @@ Result<LossReport> Trainer::ComputeGradients(std::span<const Sequence> sequences
     block = runtime::ReplicaSequenceBlock(plan_, replica());
   }
   return ReplicaGradients(sequences.subspan(block.first, block.count),
-                          static_cast<int64_t>(sequences.size()));
+                          static_cast<int64_t>(sequences.size()), /*to_owners=*/false);
 }
 
 Result<LossReport> Trainer::ReplicaGradients(std::span<const Sequence> mine,
-                                             int64_t batch_sequences) {
+                                             int64_t batch_sequences, bool to_owners) {
   const double start = Now();
   ResetGradients();
   const double predictions =
       static_cast<double>(batch_sequences) * static_cast<double>(options_.seq_len);
-  auto sums = Accumulate(mine, predictions);
+  auto sums = Accumulate(mine, predictions, to_owners);
   if (!sums) return std::unexpected(sums.error());
   const double compute_end = Now();
   LossReport report;
@@ -318,14 +318,21 @@ Result<StepReport> Trainer::Step() {
   for (int sequence = block.first; sequence < block.first + block.count; ++sequence) {
     mine.push_back(data_->Get(step_ * options_.batch + sequence));
   }
-  auto loss = ReplicaGradients(mine, options_.batch);
+  // Sharded optimizer: the gradients go to their parameters' owners only.
+  auto loss = ReplicaGradients(mine, options_.batch, optimizer_sharded());
   if (!loss) return std::unexpected(loss.error());
   StepReport report;
   report.step = step_;
   report.loss = loss->loss;
   report.recall_loss = loss->recall_loss;
   report.phases = loss->phases;
-  report.grad_norm = ClipGradNorm(params_, options_.optimizer.grad_clip);
+  std::vector<double> squares = GradSquaredNorms(params_);
+  if (optimizer_sharded()) {  // each owner holds its parameters' squares, the others zeros
+    const double norm_start = Now();
+    comms_.participants->AllreduceSum(std::span<double>(squares));
+    report.phases.grad_sync += Now() - norm_start;
+  }
+  report.grad_norm = ClipGradNorm(params_, squares, options_.optimizer.grad_clip);
   if (!std::isfinite(report.loss) || !std::isfinite(report.grad_norm)) {
     char buffer[160];
     std::snprintf(buffer, sizeof buffer, "step %lld: loss = %g, gradient norm = %g",

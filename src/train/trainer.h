@@ -8,7 +8,8 @@
 // over the participants in buckets (grad_sync.h, by default started from autograd hooks during the
 // last backward pass so that they overlap it) are the whole batch's: every replica weighted by its
 // tokens. They are clipped by the global norm and the optimizer updates the weights (at ZeRO >= 1
-// each participant its own parameters, then the weights are all-gathered). Ranks the plan leaves
+// the gradients are reduce-scattered to their parameters' owners, each participant updates its
+// own parameters, then the weights are all-gathered). Ranks the plan leaves
 // out take part in the start-up checks only.
 #pragma once
 
@@ -111,9 +112,11 @@ class Trainer {
   int num_replicas() const { return NumReplicas(plan_); }
   const GradientSync& grad_sync() const { return *grad_sync_; }
   // Whether the plan shards the optimizer state (ZeRO stage >= 1, more than one participant):
-  // each participant keeps the moments of and updates its parameters (OptimizerShardOwners),
-  // then all-gathers the weights, which stay replicated, as do the gradients (ZeRO 2 and 3 shard
-  // those too in the cost model; here they run as stage 1).
+  // a step reduce-scatters the gradients to their parameters' owners (OptimizerShardOwners), each
+  // participant clips (the global norm from every owner's squares), keeps the moments of and
+  // updates its parameters, then the weights are all-gathered: they stay replicated (ZeRO 3's
+  // sharded weights run as stage 2; ZeRO 1 and 2 differ in gradient memory only, which `train`
+  // does not shard).
   bool optimizer_sharded() const { return !optimizer_owners_.empty(); }
   // The AdamW moments of every parameter (empty for SGD): sharded, gathered from their owners
   // (collective over the participants); otherwise the optimizer's own tensors.
@@ -128,10 +131,13 @@ class Trainer {
   ShardBatch MakeShard(const Sequence& sequence) const;
   Result<void> CreateReplicaState();
   // Loss and gradients of this replica's sequences `mine` out of a batch of `batch_sequences`.
-  Result<LossReport> ReplicaGradients(std::span<const Sequence> mine, int64_t batch_sequences);
+  // `to_owners`: each participant gets the sums of the parameters it updates only (GradientSync).
+  Result<LossReport> ReplicaGradients(std::span<const Sequence> mine, int64_t batch_sequences,
+                                      bool to_owners);
   // Forward and backward of this replica's sequences, each rank's losses scaled by
   // 1 / `predictions` (the whole batch's); returns (loss sum, recall loss sum, recall count).
-  Result<std::vector<double>> Accumulate(std::span<const Sequence> mine, double predictions);
+  Result<std::vector<double>> Accumulate(std::span<const Sequence> mine, double predictions,
+                                         bool to_owners);
   void ResetGradients();
   PhaseSeconds AttentionPhases() const;
 

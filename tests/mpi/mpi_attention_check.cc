@@ -1,12 +1,16 @@
 // Multi-process check of the distributed attention under mpirun (label `mpi`): for the world
 // size N, random valid plans with prime lengths, the ring / Ulysses / USP shapes with N ranks,
-// and a plan mismatch (the last rank loads a different plan; every rank must get the error, no
-// hang). Usage: mpi_attention_check [seed]. Exit 0 when every case matches the naive reference
-// within 1e-5 relative.
+// a plan mismatch (the last rank loads a different plan; every rank must get the error, no
+// hang), and that the float all-reduces and the reduce-scatter give the same sums. Usage:
+// mpi_attention_check [seed]. Exit 0 when every case matches the naive reference within 1e-5
+// relative.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "runtime/attention_kernels.h"
 #include "runtime/attn_check.h"
@@ -43,6 +47,46 @@ bool CheckCase(Comm& world, const std::string& name, const Plan& plan, int head_
   return report->passed;
 }
 
+// The float collectives' sums: AllreduceSum, IallreduceSum and each rank's block of
+// IreduceScatterSum (uneven blocks, one empty) must be the same bits (comm.h). Returns failures.
+int CheckSumsAgree(Comm& world) {
+  int failures = 0;
+  for (const int64_t total : {int64_t{1000}, int64_t{20000}, int64_t{600000}}) {
+    std::mt19937 rng(static_cast<unsigned>(world.rank() * 7919 + total));
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> send(total);
+    for (float& value : send) value = normal(rng) * std::exp(3.0f * normal(rng));
+    std::vector<int64_t> counts(world.size(), 0);
+    int64_t offset = 0, given = 0;
+    for (int peer = 0; peer < world.size(); ++peer) {  // uneven; rank 1 of 3 or more: empty
+      counts[peer] = peer + 1 == world.size() ? total - given
+                     : peer == 1              ? 0
+                                              : total / (2 * world.size()) + peer;
+      if (peer < world.rank()) offset += counts[peer];
+      given += counts[peer];
+    }
+    std::vector<float> blocking = send, started = send, block(counts[world.rank()]);
+    world.AllreduceSum(std::span<float>(blocking));
+    RequestPtr all = world.IallreduceSum(std::span<float>(started));
+    world.Wait(*all);
+    RequestPtr scatter = world.IreduceScatterSum(send.data(), counts, block.data());
+    world.Wait(*scatter);
+    const bool same =
+        blocking == started && std::equal(block.begin(), block.end(), started.begin() + offset);
+    if (!same) {
+      std::fprintf(stderr,
+                   "FAIL rank %d: float sums of %lld elements differ between "
+                   "AllreduceSum, IallreduceSum and IreduceScatterSum\n",
+                   world.rank(), static_cast<long long>(total));
+    }
+    failures += !same;
+  }
+  double failed[1] = {static_cast<double>(failures)};
+  world.AllreduceSum(std::span<double>(failed, 1));
+  if (world.rank() == 0 && failed[0] == 0) std::printf("ok   float sums bit-identical\n");
+  return failed[0] > 0 ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -72,6 +116,7 @@ int main(int argc, char** argv) {
       failures += !CheckCase(*world, "usp-" + std::to_string(cp) + "x" + std::to_string(n / cp),
                              testing::UspPlan(cp, n / cp, 389, 8, 4), 32, 3);
     }
+    failures += CheckSumsAgree(*world);
     if (n >= 2) {
       // The last rank loads a plan with two members' heads swapped.
       Plan plan = testing::UlyssesPlan(n, 64, 2 * n, 1);

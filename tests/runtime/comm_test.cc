@@ -127,6 +127,46 @@ TEST(InProcessComm, IallreduceSumEqualsAllreduceSumBitwiseAndOverlapsOtherTraffi
   }
 }
 
+// Uneven blocks (one empty); each rank's block of the reduce-scatter must be the same bits as the
+// all-reduce's elements there.
+void ExpectReduceScatterMatchesAllreduce(Comm& comm, const std::vector<int64_t>& counts) {
+  int64_t total = 0, offset = 0;
+  for (int peer = 0; peer < comm.size(); ++peer) {
+    if (peer < comm.rank()) offset += counts[peer];
+    total += counts[peer];
+  }
+  const std::vector<float> send = RankValues(comm.rank(), static_cast<size_t>(total));
+  std::vector<float> reduced = send;
+  comm.AllreduceSum(std::span<float>(reduced));
+  std::vector<float> block(counts[comm.rank()], -1.0f);
+  RequestPtr request = comm.IreduceScatterSum(send.data(), counts, block.data());
+  comm.Wait(*request);
+  EXPECT_EQ(block, std::vector<float>(reduced.begin() + offset,
+                                      reduced.begin() + offset + counts[comm.rank()]));
+}
+
+TEST(InProcessComm, IreduceScatterSumGivesEachRankItsBlockOfTheAllreduce) {
+  for (const int ranks : {1, 2, 4}) {
+    RunInProcess(ranks, [](Comm& comm) {
+      std::vector<int64_t> counts = {7, 0, 130, 3};
+      counts.resize(comm.size());
+      ExpectReduceScatterMatchesAllreduce(comm, counts);
+      // Two outstanding at once, completed out of order with traffic in between.
+      const std::vector<float> ones(comm.size(), 1.0f), twos(comm.size() * 2, 2.0f);
+      float one_sum = 0;
+      std::vector<float> two_sum(2);
+      const std::vector<int64_t> singles(comm.size(), 1), pairs(comm.size(), 2);
+      RequestPtr first = comm.IreduceScatterSum(ones.data(), singles, &one_sum);
+      RequestPtr second = comm.IreduceScatterSum(twos.data(), pairs, two_sum.data());
+      comm.Barrier();
+      comm.Wait(*second);
+      comm.Wait(*first);
+      EXPECT_EQ(one_sum, static_cast<float>(comm.size()));
+      EXPECT_EQ(two_sum, std::vector<float>(2, 2.0f * comm.size()));
+    });
+  }
+}
+
 TEST(InProcessComm, SplitAndDupHaveSeparateMessageSpaces) {
   RunInProcess(5, [](Comm& comm) {
     const int me = comm.rank();

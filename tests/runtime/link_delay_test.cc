@@ -169,6 +169,16 @@ TEST(LinkDelay, CollectivesAreCorrectAndSlowed) {
     EXPECT_GE(SecondsSince(start), kWire);
     EXPECT_EQ(floats.front(), 3.0f);
     EXPECT_EQ(floats.back(), 3.0f);
+    // Reduce-scatter: each rank sends the other half the floats across the slowed link.
+    const std::vector<int64_t> halves(2, static_cast<int64_t>(floats.size() / 2));
+    std::vector<float> half(floats.size() / 2);
+    std::fill(floats.begin(), floats.end(), 1.0f + me);
+    start = Clock::now();
+    RequestPtr scatter = comm.IreduceScatterSum(floats.data(), halves, half.data());
+    EXPECT_LT(SecondsSince(start), 0.4 * kWire);
+    comm.Wait(*scatter);
+    EXPECT_GE(SecondsSince(start), 0.5 * kWire);
+    EXPECT_EQ(half, std::vector<float>(half.size(), 3.0f));
   });
 }
 

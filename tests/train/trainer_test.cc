@@ -190,6 +190,55 @@ TEST(Trainer, OverlappedGradientSyncIsBitIdenticalToBlocking) {
   }
 }
 
+// At ZeRO >= 1 a step reduce-scatters the gradients to their parameters' owners and all-gathers
+// the weights after the update: the same sums, so the same bits as unsharded, overlapped or not;
+// after a step each rank holds the gradients of its own parameters only.
+TEST(Trainer, ShardedStepsReduceScatterToOwnersBitIdenticallyToUnsharded) {
+  constexpr int kSteps = 3;
+  const std::pair<Plan, ModelSpec> cases[] = {
+      {UlyssesPlan(4, 128, 8, 2), TinyLlama()},
+      {UspPlan(3, 2, 144, 8, 1), TinyLlama(8, 1)},
+  };
+  for (const auto& [plan, model] : cases) {
+    Plan unsharded = plan, sharded = plan;
+    unsharded.zero_stage = 0;
+    sharded.zero_stage = 2;
+    SCOPED_TRACE(PlanToJson(sharded, -1));
+    int started = 0;
+    const auto reference =
+        StepsWithSync(unsharded, model, true, RecomputePolicy::kNone, kSteps, &started);
+    for (const bool overlap : {true, false}) {
+      const auto ours =
+          StepsWithSync(sharded, model, overlap, RecomputePolicy::kNone, kSteps, &started);
+      EXPECT_EQ(ours.first, reference.first) << "losses, overlap " << overlap;
+      EXPECT_TRUE(ours.second == reference.second) << "weights differ bitwise, overlap " << overlap;
+    }
+  }
+  const Plan plan = [] {
+    Plan sharded = UlyssesPlan(3, 96, 6, 3);
+    sharded.zero_stage = 1;
+    return sharded;
+  }();
+  const TrainOptions options = TestOptions();
+  runtime::RunInProcess(plan.num_ranks, [&](runtime::Comm& comm) {
+    auto trainer = Trainer::Create(WithBatch(plan, options.batch), TinyLlama(6, 3), options, comm);
+    ASSERT_TRUE(trainer) << trainer.error().message;
+    ASSERT_TRUE((*trainer)->optimizer_sharded());
+    ASSERT_TRUE((*trainer)->Step());
+    int owned = 0, held = 0;
+    const std::vector<NamedTensorRef> params = NamedParameters((*trainer)->weights());
+    for (size_t index = 0; index < params.size(); ++index) {
+      owned += (*trainer)->optimizer().owns(index);
+      held += params[index].tensor.grad().defined();
+      EXPECT_EQ(params[index].tensor.grad().defined(), (*trainer)->optimizer().owns(index))
+          << params[index].name;
+    }
+    EXPECT_GT(owned, 0);
+    EXPECT_LT(owned, static_cast<int>(params.size()));
+    EXPECT_EQ(held, owned);
+  });
+}
+
 // By default the trainer's buckets are the cost model's (ModelSpec::GradBucketParams: one layer's
 // share of all parameters), so the sync it runs is the one the model and the simulator charge:
 // as many buckets as layers, or one more where the parameter tensors do not pack exactly, and

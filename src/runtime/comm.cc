@@ -33,6 +33,13 @@ RequestPtr Comm::IallreduceSum(std::span<float> data) {
   return request;
 }
 
+RequestPtr Comm::IallgatherBytes(const void* send, size_t bytes, void* recv) {
+  Allgather(send, bytes, recv);
+  auto request = std::make_unique<Request>();
+  MarkDone(*request);
+  return request;
+}
+
 RequestPtr Comm::IreduceScatterSum(const float* send, std::span<const int64_t> counts,
                                    float* recv) {
   const int64_t offset = std::accumulate(counts.begin(), counts.begin() + rank(), int64_t{0});
@@ -55,6 +62,7 @@ struct InProcRequest : Request {
 // elements) is received into `gathered` (eager sends, so only the receives are pending);
 // completing it sums in rank order into `data`.
 struct InProcAllreduce : Request {
+  bool add = true;  // false: an all-gather, the receives are the result
   std::span<float> data;
   std::vector<float> gathered;  // peer-major: peer * data.size() + index
   std::vector<RequestPtr> parts;
@@ -63,6 +71,7 @@ struct InProcAllreduce : Request {
 // On the collective context (Alltoallv 0, Allgather 1).
 constexpr int kIallreduceTag = 2;
 constexpr int kIreduceScatterTag = 3;
+constexpr int kIallgatherTag = 4;
 
 struct Message {
   int context = 0;
@@ -222,6 +231,19 @@ class InProcComm final : public Comm {
     return reduce;
   }
 
+  RequestPtr IallgatherBytes(const void* send, size_t bytes, void* recv) override {
+    auto gather = std::make_unique<InProcAllreduce>();
+    gather->add = false;
+    for (int peer = 0; peer < size(); ++peer) {
+      gather->parts.push_back(Recv(context_ + 1, static_cast<std::byte*>(recv) + peer * bytes,
+                                   bytes, peer, kIallgatherTag));
+    }
+    for (int peer = 0; peer < size(); ++peer) {
+      gather->parts.push_back(Send(context_ + 1, send, bytes, peer, kIallgatherTag));
+    }
+    return gather;
+  }
+
   void Allgather(const void* send, size_t bytes, void* recv) override {
     const int n = size();
     std::vector<RequestPtr> requests;
@@ -261,7 +283,7 @@ class InProcComm final : public Comm {
 
  private:
   void FinishAllreduce(InProcAllreduce& reduce) {
-    SumInRankOrder<float>(reduce.gathered, size(), reduce.data);
+    if (reduce.add) SumInRankOrder<float>(reduce.gathered, size(), reduce.data);
     reduce.gathered = {};
     reduce.parts.clear();
     MarkDone(reduce);

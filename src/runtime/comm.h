@@ -1,8 +1,9 @@
 // Comm: the small communication interface the runtime talks to (point-to-point, all-to-all-v,
-// all-reduce, all-gather, barrier, sub-communicators). Two implementations: MPI (the distributed
-// engine, mpi_comm.h) and in-process threads (InProcessWorld below, for fast tests). A CUDA/NCCL
-// backend plugs in behind the same interface. Transport failures are bugs or fatal machine
-// errors, not user input: they abort (MPI's default error handler; HEXISEQ_CHECK in-process).
+// all-reduce, reduce-scatter, all-gather, barrier, sub-communicators). Two implementations: MPI
+// (the distributed engine, mpi_comm.h) and in-process threads (InProcessWorld below, for fast
+// tests). A CUDA/NCCL backend plugs in behind the same interface. Transport failures are bugs or
+// fatal machine errors, not user input: they abort (MPI's default error handler; HEXISEQ_CHECK
+// in-process).
 #pragma once
 
 #include <cstddef>
@@ -75,6 +76,11 @@ class Comm {
                                        float* recv);
   // Every rank contributes `bytes` bytes; `recv` receives size() * bytes, in rank order.
   virtual void Allgather(const void* send, size_t bytes, void* recv) = 0;
+  // Starts Allgather(send, bytes, recv); `recv` holds the blocks once Wait (or a Test that
+  // returns true) completes the request. REQUIRES: both buffers stay valid and untouched until
+  // then; every rank starts the same collectives in the same order. The default runs Allgather at
+  // once and returns a completed request.
+  virtual RequestPtr IallgatherBytes(const void* send, size_t bytes, void* recv);
   virtual void Barrier() = 0;
 
   // MPI_Comm_split: ranks with the same color form a new communicator, ordered by (key, rank).

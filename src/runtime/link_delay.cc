@@ -28,6 +28,7 @@ constexpr int kAllToAllTag = 1;
 constexpr int kAllgatherTag = 2;
 constexpr int kIallreduceTag = 3;
 constexpr int kIreduceScatterTag = 4;
+constexpr int kIallgatherTag = 5;
 // A thread waiting for its own held-back send sleeps until this long before the release time and
 // spins the rest.
 constexpr auto kSpinBefore = std::chrono::microseconds(200);
@@ -299,6 +300,7 @@ struct LinkRequest : Request {
 // A nonblocking all-reduce (or reduce-scatter) over delayed messages: every rank's contribution to
 // this rank's elements gathered, summed in rank order on completion.
 struct GatherSumRequest : Request {
+  bool add = true;  // false: an all-gather, the receives are the result
   std::vector<RequestPtr> parts;
   std::vector<float> gathered;
   std::span<float> data;
@@ -385,6 +387,7 @@ class LinkDelayComm final : public Comm {
   RequestPtr IreduceScatterSum(const float* send, std::span<const int64_t> counts,
                                float* recv) override;
   void Allgather(const void* send, size_t bytes, void* recv) override;
+  RequestPtr IallgatherBytes(const void* send, size_t bytes, void* recv) override;
   void Barrier() override { inner_->Barrier(); }
   std::unique_ptr<Comm> Split(int color, int key) override;
 
@@ -404,7 +407,7 @@ class LinkDelayComm final : public Comm {
   // (block r at r * bytes), own block copied; returns the requests (on Side()).
   std::vector<RequestPtr> StartGather(const void* send, size_t bytes, void* recv, int tag);
   void FinishSum(GatherSumRequest& sum) {
-    SumInRankOrder<float>(sum.gathered, sum.peers, sum.data);
+    if (sum.add) SumInRankOrder<float>(sum.gathered, sum.peers, sum.data);
     MarkDone(sum);
   }
 
@@ -463,6 +466,18 @@ std::vector<RequestPtr> LinkDelayComm::StartGather(const void* send, size_t byte
 void LinkDelayComm::Allgather(const void* send, size_t bytes, void* recv) {
   if (!slowed_) return inner_->Allgather(send, bytes, recv);
   Side().WaitAll(StartGather(send, bytes, recv, kAllgatherTag));
+}
+
+RequestPtr LinkDelayComm::IallgatherBytes(const void* send, size_t bytes, void* recv) {
+  if (!slowed_) {
+    auto request = std::make_unique<LinkRequest>();
+    request->inner = inner_->IallgatherBytes(send, bytes, recv);
+    return request;
+  }
+  auto gather = std::make_unique<GatherSumRequest>();
+  gather->add = false;
+  gather->parts = StartGather(send, bytes, recv, kIallgatherTag);
+  return gather;
 }
 
 RequestPtr LinkDelayComm::IallreduceSum(std::span<float> data) {

@@ -258,6 +258,12 @@ class MpiComm final : public Comm {
                         &request->handle);
     return request;
   }
+  RequestPtr IallgatherBytes(const void* send, size_t bytes, void* recv) override {
+    auto request = std::make_unique<MpiRequest>();
+    const int count = CheckedInt(bytes);
+    MPI_Iallgather(send, count, MPI_BYTE, recv, count, MPI_BYTE, comm_, &request->handle);
+    return request;
+  }
   void Allgather(const void* send, size_t bytes, void* recv) override {
     const BlockingCall call;
     const int count = CheckedInt(bytes);

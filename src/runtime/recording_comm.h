@@ -66,6 +66,9 @@ class RecordingComm : public Comm {
   void Allgather(const void* send, size_t bytes, void* recv) override {
     inner_.Allgather(send, bytes, recv);
   }
+  RequestPtr IallgatherBytes(const void* send, size_t bytes, void* recv) override {
+    return inner_.IallgatherBytes(send, bytes, recv);
+  }
   void Barrier() override { inner_.Barrier(); }
   // The sub-communicator, recording into the same log with its ranks mapped to world ranks.
   std::unique_ptr<Comm> Split(int color, int key) override;

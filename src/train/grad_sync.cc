@@ -7,6 +7,8 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
+#include <cstring>
+#include <utility>
 
 #include "spec/error.h"
 #include "train/clock.h"
@@ -86,10 +88,12 @@ void GradientSync::LayOut(Bucket& bucket) const {
 GradientSync::~GradientSync() {
   for (Bucket& bucket : buckets_) {
     if (bucket.request) world_.Wait(*bucket.request);
+    if (bucket.weight_request) world_.Wait(*bucket.weight_request);
   }
 }
 
 void GradientSync::Arm(bool to_owners) {
+  AwaitAllWeights();  // the forward has waited for them already, unless it skipped a parameter
   for (Bucket& bucket : buckets_) {  // left over only by a backward that threw
     if (bucket.request) world_.Wait(*bucket.request);
     bucket.request.reset();
@@ -159,6 +163,64 @@ void GradientSync::WriteBack(Bucket& bucket) {
     if (!param.grad().defined()) param.mutable_grad() = at::zeros_like(param);
     param.mutable_grad().copy_(at::from_blob(const_cast<float*>(sums), param.sizes(),
                                              at::TensorOptions().dtype(at::kFloat)));
+  }
+}
+
+void GradientSync::StartWeightGather() {
+  HEXISEQ_CHECK(!owners_.empty(), "gradient sync: a weight all-gather without owners");
+  const int me = world_.rank();
+  for (auto bucket = buckets_.rbegin(); bucket != buckets_.rend(); ++bucket) {  // forward order
+    HEXISEQ_CHECK(!bucket->weight_request, "gradient sync: a weight all-gather still pending");
+    std::vector<size_t> held(world_.size(), 0);
+    for (size_t index : bucket->order) held[OwnerOf(index)] += params_[index].nbytes();
+    bucket->weight_block = *std::max_element(held.begin(), held.end());
+    bucket->weights_out.assign(bucket->weight_block, 0);
+    bucket->weights_in.resize(bucket->weight_block * world_.size());
+    size_t offset = 0;
+    for (size_t index : bucket->order) {
+      if (OwnerOf(index) != me) continue;
+      const at::Tensor& param = params_[index];
+      HEXISEQ_CHECK(param.is_contiguous(), "gradient sync: gathered weights are contiguous");
+      std::memcpy(bucket->weights_out.data() + offset, param.data_ptr(), param.nbytes());
+      offset += param.nbytes();
+    }
+    bucket->weight_request = world_.IallgatherBytes(
+        bucket->weights_out.data(), bucket->weight_block, bucket->weights_in.data());
+  }
+  if (!overlap_) AwaitAllWeights();
+}
+
+void GradientSync::AwaitWeights(size_t index) {
+  Bucket& bucket = buckets_[bucket_of_[index]];
+  if (!bucket.weight_request) return;
+  const double start = Now();
+  world_.Wait(*bucket.weight_request);
+  bucket.weight_request.reset();
+  FinishWeightGather(bucket);
+  weight_wait_seconds_ += Now() - start;
+}
+
+void GradientSync::AwaitAllWeights() {
+  for (auto bucket = buckets_.rbegin(); bucket != buckets_.rend(); ++bucket) {
+    if (bucket->weight_request) AwaitWeights(bucket->begin);
+  }
+}
+
+double GradientSync::TakeWeightWaitSeconds() { return std::exchange(weight_wait_seconds_, 0.0); }
+
+// Each owner's parameters lie in its block in `order` (by owner, then by index).
+void GradientSync::FinishWeightGather(Bucket& bucket) {
+  const int me = world_.rank();
+  std::vector<size_t> cursor(world_.size(), 0);
+  for (size_t index : bucket.order) {
+    const int owner = OwnerOf(index);
+    const at::Tensor& param = params_[index];
+    if (owner != me) {
+      std::memcpy(param.data_ptr(),
+                  bucket.weights_in.data() + owner * bucket.weight_block + cursor[owner],
+                  param.nbytes());
+    }
+    cursor[owner] += param.nbytes();
   }
 }
 

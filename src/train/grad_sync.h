@@ -48,6 +48,18 @@ class GradientSync {
   // Called by the hook of parameter `index` when backward has accumulated its gradient.
   void OnGradientReady(size_t index);
 
+  // With owners, after they updated their parameters: starts each bucket's all-gather of the
+  // weights (Comm::IallgatherBytes, each owner's block padded to the bucket's largest), in
+  // forward order, so that the next forward waits for a layer's weights only when it needs them
+  // (as Megatron's --overlap-param-gather); without overlap, waits for them all at once.
+  void StartWeightGather();
+  // Waits for the all-gather of the bucket that holds parameter `index`, if pending, and copies
+  // the weights other ranks own into their parameters.
+  void AwaitWeights(size_t index);
+  void AwaitAllWeights();
+  // Seconds AwaitWeights waited since the last call.
+  double TakeWeightWaitSeconds();
+
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
   // Buckets the last Finish found already started by the backward pass.
   int buckets_started_in_backward() const { return started_in_backward_; }
@@ -62,11 +74,15 @@ class GradientSync {
     std::vector<float> flat;
     std::vector<float> owned_sum;  // to owners: the sums of this rank's block
     runtime::RequestPtr request;
+    size_t weight_block = 0;  // bytes: the largest owner's parameters in this bucket
+    std::vector<char> weights_out, weights_in;  // this rank's block; every rank's
+    runtime::RequestPtr weight_request;
   };
 
   void LayOut(Bucket& bucket) const;
   void StartBucket(Bucket& bucket);
   void WriteBack(Bucket& bucket);
+  void FinishWeightGather(Bucket& bucket);
   void DrivePending();
   int OwnerOf(size_t index) const { return owners_.empty() ? 0 : owners_[index]; }
 
@@ -82,6 +98,7 @@ class GradientSync {
   size_t next_bucket_ = 0;            // the first bucket not started
   bool armed_ = false;
   int started_in_backward_ = 0;
+  double weight_wait_seconds_ = 0;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the hooks alive
 };
 

@@ -75,22 +75,24 @@ class RecomputedLayer : public torch::autograd::Function<RecomputedLayer> {
 
 std::vector<NamedTensorRef> NamedParameters(const LlamaWeights& weights) {
   std::vector<NamedTensorRef> named;
-  named.push_back({"model.embed_tokens.weight", weights.embed});
-  for (size_t layer = 0; layer < weights.layers.size(); ++layer) {
+  named.push_back({"model.embed_tokens.weight", weights.embed, -1});
+  const int layers = static_cast<int>(weights.layers.size());
+  for (int layer = 0; layer < layers; ++layer) {
     const LayerWeights& w = weights.layers[layer];
     const std::string prefix = "model.layers." + std::to_string(layer) + ".";
-    named.push_back({prefix + "self_attn.q_proj.weight", w.q_proj});
-    named.push_back({prefix + "self_attn.k_proj.weight", w.k_proj});
-    named.push_back({prefix + "self_attn.v_proj.weight", w.v_proj});
-    named.push_back({prefix + "self_attn.o_proj.weight", w.o_proj});
-    if (w.gate_proj.defined()) named.push_back({prefix + "mlp.gate_proj.weight", w.gate_proj});
-    named.push_back({prefix + "mlp.up_proj.weight", w.up_proj});
-    named.push_back({prefix + "mlp.down_proj.weight", w.down_proj});
-    named.push_back({prefix + "input_layernorm.weight", w.input_norm});
-    named.push_back({prefix + "post_attention_layernorm.weight", w.post_norm});
+    named.push_back({prefix + "self_attn.q_proj.weight", w.q_proj, layer});
+    named.push_back({prefix + "self_attn.k_proj.weight", w.k_proj, layer});
+    named.push_back({prefix + "self_attn.v_proj.weight", w.v_proj, layer});
+    named.push_back({prefix + "self_attn.o_proj.weight", w.o_proj, layer});
+    if (w.gate_proj.defined())
+      named.push_back({prefix + "mlp.gate_proj.weight", w.gate_proj, layer});
+    named.push_back({prefix + "mlp.up_proj.weight", w.up_proj, layer});
+    named.push_back({prefix + "mlp.down_proj.weight", w.down_proj, layer});
+    named.push_back({prefix + "input_layernorm.weight", w.input_norm, layer});
+    named.push_back({prefix + "post_attention_layernorm.weight", w.post_norm, layer});
   }
-  named.push_back({"model.norm.weight", weights.final_norm});
-  if (weights.lm_head.defined()) named.push_back({"lm_head.weight", weights.lm_head});
+  named.push_back({"model.norm.weight", weights.final_norm, layers});
+  if (weights.lm_head.defined()) named.push_back({"lm_head.weight", weights.lm_head, layers});
   return named;
 }
 
@@ -163,11 +165,17 @@ at::Tensor LlamaShardModel::Layer(int layer, const at::Tensor& x, const at::Tens
 at::Tensor LlamaShardModel::TokenLosses(const ShardBatch& batch) {
   const at::ScalarType dtype = weights_.embed.scalar_type();
   auto [cos, sin] = RopeTables(batch.positions, spec_.head_dim, spec_.rope_theta, dtype);
+  const auto before = [&](int stage) {
+    if (before_stage_) before_stage_(stage);
+  };
+  before(-1);
   at::Tensor x = at::embedding(weights_.embed, batch.tokens);
   for (int layer = 0; layer < spec_.layers; ++layer) {
+    before(layer);
     x = recompute_ == RecomputePolicy::kFull ? RecomputedLayer::apply(x, this, layer, cos, sin)
                                              : Layer(layer, x, cos, sin);
   }
+  before(spec_.layers);
   x = RmsNorm(x, weights_.final_norm, spec_.norm_eps);
   const at::Tensor& head = weights_.lm_head.defined() ? weights_.lm_head : weights_.embed;
   const at::Tensor logits = at::linear(x, head).to(at::kFloat);

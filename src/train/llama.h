@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ struct LlamaWeights {
 struct NamedTensorRef {
   std::string name;   // Hugging Face name, e.g. model.layers.0.self_attn.q_proj.weight
   at::Tensor tensor;  // shares storage with the weights
+  int stage = 0;      // where the forward first reads it: -1 embedding, a layer, or `layers`
 };
 
 // Every parameter under its Hugging Face name, in a fixed order (embedding, layers, norm, head).
@@ -64,6 +66,13 @@ class LlamaShardModel {
   // Runs layer `layer` on hidden states x [s_r, hidden] with RoPE tables cos/sin [s_r, 1, d].
   at::Tensor Layer(int layer, const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
 
+  // Called by TokenLosses before it first reads a stage's weights: -1 the embedding, 0 to
+  // layers - 1 the layers, `layers` the final norm and the LM head (the trainer waits there for
+  // weights still being gathered from their owners).
+  void set_before_stage(std::function<void(int stage)> before) {
+    before_stage_ = std::move(before);
+  }
+
  private:
   at::Tensor Attention(int layer, const at::Tensor& h, const at::Tensor& cos,
                        const at::Tensor& sin);
@@ -73,6 +82,7 @@ class LlamaShardModel {
   LlamaWeights& weights_;
   std::vector<AttentionLayer>& attention_;
   RecomputePolicy recompute_;
+  std::function<void(int stage)> before_stage_;
 };
 
 // RoPE tables for the given global positions, computed like HF (fp32 inv_freq and angles):

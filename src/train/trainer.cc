@@ -193,7 +193,11 @@ Result<void> Trainer::CreateReplicaState() {
   positions_.assign(group.positions.begin() + group.member_offset[role.member],
                     group.positions.begin() + group.member_offset[role.member + 1]);
   weights_ = InitWeights(model_, options_.seed, options_.dtype);
-  for (const NamedTensorRef& named : NamedParameters(weights_)) params_.push_back(named.tensor);
+  std::vector<std::vector<size_t>> stage_params(model_.layers + 2);  // stage + 1
+  for (const NamedTensorRef& named : NamedParameters(weights_)) {
+    stage_params[named.stage + 1].push_back(params_.size());
+    params_.push_back(named.tensor);
+  }
   shard_model_ =
       std::make_unique<LlamaShardModel>(model_, weights_, attention_, options_.recompute);
   std::vector<uint8_t> owned;
@@ -209,7 +213,17 @@ Result<void> Trainer::CreateReplicaState() {
           : static_cast<int64_t>(model_.GradBucketParams()) * static_cast<int64_t>(sizeof(float));
   grad_sync_ = std::make_unique<GradientSync>(params_, bucket_bytes, options_.overlap_grad_sync,
                                               *comms_.participants, optimizer_owners_);
+  if (optimizer_sharded()) {  // a stage's weights may still be on their way from their owners
+    shard_model_->set_before_stage([this, stage_params](int stage) {
+      for (size_t index : stage_params[stage + 1]) grad_sync_->AwaitWeights(index);
+    });
+  }
   return {};
+}
+
+LlamaWeights& Trainer::weights() {
+  if (grad_sync_) grad_sync_->AwaitAllWeights();
+  return weights_;
 }
 
 ShardBatch Trainer::MakeShard(const Sequence& sequence) const {
@@ -300,8 +314,11 @@ Result<LossReport> Trainer::ReplicaGradients(std::span<const Sequence> mine,
   const double compute_end = Now();
   LossReport report;
   report.phases = AttentionPhases();
-  report.phases.linear += compute_end - start;
-  report.phases.grad_sync = grad_sync_->Finish();
+  // The forward's waits for the weights the last step's owners set belong to the sync.
+  const double weight_wait = grad_sync_->TakeWeightWaitSeconds();
+  report.phases.linear += compute_end - start - weight_wait;
+  report.phases.grad_sync += weight_wait;
+  report.phases.grad_sync += grad_sync_->Finish();
   participants().AllreduceSum(std::span<double>(*sums));
   report.loss = (*sums)[0] / predictions;
   report.recall_loss =
@@ -347,9 +364,9 @@ Result<StepReport> Trainer::Step() {
     const runtime::ComputeRegion padded;  // --slowdown
     optimizer_->Step(report.lr);
   }
-  if (optimizer_sharded()) {  // ZeRO >= 1: every participant takes the weights their owners set
+  if (optimizer_sharded()) {  // ZeRO >= 1: the next forward takes the weights their owners set
     const double share_start = Now();
-    ShareOwnedTensors(*comms_.participants, optimizer_owners_, params_);
+    grad_sync_->StartWeightGather();
     report.phases.grad_sync += Now() - share_start;
   }
   ++step_;

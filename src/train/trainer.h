@@ -99,7 +99,8 @@ class Trainer {
 
   int64_t step() const { return step_; }
   void set_step(int64_t step) { step_ = step; }
-  LlamaWeights& weights() { return weights_; }
+  // The weights, all current: waits for the all-gather a sharded step leaves to the next forward.
+  LlamaWeights& weights();
   Optimizer& optimizer() { return *optimizer_; }
   const DataSource& data() const { return *data_; }
   const ModelSpec& model() const { return model_; }
@@ -114,7 +115,8 @@ class Trainer {
   // Whether the plan shards the optimizer state (ZeRO stage >= 1, more than one participant):
   // a step reduce-scatters the gradients to their parameters' owners (OptimizerShardOwners), each
   // participant clips (the global norm from every owner's squares), keeps the moments of and
-  // updates its parameters, then the weights are all-gathered: they stay replicated (ZeRO 3's
+  // updates its parameters, then starts the all-gather of the weights, which the next forward
+  // waits for layer by layer (GradientSync::StartWeightGather): they stay replicated (ZeRO 3's
   // sharded weights run as stage 2; ZeRO 1 and 2 differ in gradient memory only, which `train`
   // does not shard).
   bool optimizer_sharded() const { return !optimizer_owners_.empty(); }

@@ -65,18 +65,23 @@ int CheckSumsAgree(Comm& world) {
       if (peer < world.rank()) offset += counts[peer];
       given += counts[peer];
     }
+    std::vector<float> gathered(counts[0] * world.size()), nonblocking(gathered.size());
+    world.Allgather(send.data(), counts[0] * sizeof(float), gathered.data());
+    RequestPtr gather =
+        world.IallgatherBytes(send.data(), counts[0] * sizeof(float), nonblocking.data());
+    world.Wait(*gather);
     std::vector<float> blocking = send, started = send, block(counts[world.rank()]);
     world.AllreduceSum(std::span<float>(blocking));
     RequestPtr all = world.IallreduceSum(std::span<float>(started));
     world.Wait(*all);
     RequestPtr scatter = world.IreduceScatterSum(send.data(), counts, block.data());
     world.Wait(*scatter);
-    const bool same =
-        blocking == started && std::equal(block.begin(), block.end(), started.begin() + offset);
+    const bool same = gathered == nonblocking && blocking == started &&
+                      std::equal(block.begin(), block.end(), started.begin() + offset);
     if (!same) {
       std::fprintf(stderr,
                    "FAIL rank %d: float sums of %lld elements differ between "
-                   "AllreduceSum, IallreduceSum and IreduceScatterSum\n",
+                   "AllreduceSum, IallreduceSum and IreduceScatterSum (or IallgatherBytes)\n",
                    world.rank(), static_cast<long long>(total));
     }
     failures += !same;

@@ -167,6 +167,21 @@ TEST(InProcessComm, IreduceScatterSumGivesEachRankItsBlockOfTheAllreduce) {
   }
 }
 
+TEST(InProcessComm, IallgatherBytesEqualsAllgather) {
+  for (const int ranks : {1, 3}) {
+    RunInProcess(ranks, [](Comm& comm) {
+      const std::vector<float> mine = RankValues(comm.rank(), 5);
+      std::vector<float> blocking(5 * comm.size()), started(5 * comm.size(), -1.0f);
+      comm.Allgather(mine.data(), 5 * sizeof(float), blocking.data());
+      RequestPtr gather = comm.IallgatherBytes(mine.data(), 5 * sizeof(float), started.data());
+      comm.Barrier();  // other collectives may run while it is outstanding
+      while (!comm.Test(*gather)) {
+      }
+      EXPECT_EQ(started, blocking);
+    });
+  }
+}
+
 TEST(InProcessComm, SplitAndDupHaveSeparateMessageSpaces) {
   RunInProcess(5, [](Comm& comm) {
     const int me = comm.rank();

@@ -179,6 +179,14 @@ TEST(LinkDelay, CollectivesAreCorrectAndSlowed) {
     comm.Wait(*scatter);
     EXPECT_GE(SecondsSince(start), 0.5 * kWire);
     EXPECT_EQ(half, std::vector<float>(half.size(), 3.0f));
+    // Nonblocking all-gather of kBytes per rank.
+    std::vector<char> gathered(2 * kBytes);
+    start = Clock::now();
+    RequestPtr gather = comm.IallgatherBytes(mine.data(), kBytes, gathered.data());
+    EXPECT_LT(SecondsSince(start), 0.4 * kWire);
+    comm.Wait(*gather);
+    EXPECT_GE(SecondsSince(start), kWire);
+    EXPECT_EQ(gathered, all);
   });
 }
 

@@ -191,8 +191,9 @@ TEST(Trainer, OverlappedGradientSyncIsBitIdenticalToBlocking) {
 }
 
 // At ZeRO >= 1 a step reduce-scatters the gradients to their parameters' owners and all-gathers
-// the weights after the update: the same sums, so the same bits as unsharded, overlapped or not;
-// after a step each rank holds the gradients of its own parameters only.
+// the weights after the update, waited for by the next forward: the same sums, so the same bits
+// as unsharded, overlapped or not; after a step each rank holds the gradients of its own
+// parameters only.
 TEST(Trainer, ShardedStepsReduceScatterToOwnersBitIdenticallyToUnsharded) {
   constexpr int kSteps = 3;
   const std::pair<Plan, ModelSpec> cases[] = {
@@ -224,9 +225,22 @@ TEST(Trainer, ShardedStepsReduceScatterToOwnersBitIdenticallyToUnsharded) {
     auto trainer = Trainer::Create(WithBatch(plan, options.batch), TinyLlama(6, 3), options, comm);
     ASSERT_TRUE(trainer) << trainer.error().message;
     ASSERT_TRUE((*trainer)->optimizer_sharded());
-    ASSERT_TRUE((*trainer)->Step());
-    int owned = 0, held = 0;
+    // The step leaves the others' weights to the next forward (or to weights()): until then a
+    // parameter this rank does not own keeps its old value.
     const std::vector<NamedTensorRef> params = NamedParameters((*trainer)->weights());
+    std::vector<at::Tensor> before;
+    for (const NamedTensorRef& named : params) before.push_back(named.tensor.clone());
+    ASSERT_TRUE((*trainer)->Step());
+    for (size_t index = 0; index < params.size(); ++index) {
+      if (!(*trainer)->optimizer().owns(index)) {
+        EXPECT_TRUE(at::equal(params[index].tensor, before[index])) << params[index].name;
+      }
+    }
+    (*trainer)->weights();
+    for (size_t index = 0; index < params.size(); ++index) {
+      EXPECT_FALSE(at::equal(params[index].tensor, before[index])) << params[index].name;
+    }
+    int owned = 0, held = 0;
     for (size_t index = 0; index < params.size(); ++index) {
       owned += (*trainer)->optimizer().owns(index);
       held += params[index].tensor.grad().defined();

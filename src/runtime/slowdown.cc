@@ -268,4 +268,10 @@ void PadComputeSinceMark() {
   PadCompute(SecondsSince(state.mark));
 }
 
+ComputePause::ComputePause() : was_open_(State().open) { PadComputeSinceMark(); }
+
+ComputePause::~ComputePause() {
+  if (was_open_) MarkComputeStart();
+}
+
 }  // namespace hexiseq::runtime

@@ -99,4 +99,17 @@ class ComputeRegion {
 void MarkComputeStart();
 void PadComputeSinceMark();
 
+// Leaves a wait for communication out of an open MarkComputeStart region: pads and closes the
+// region on construction and opens a new one on destruction (nothing when none was open).
+class ComputePause {
+ public:
+  ComputePause();
+  ~ComputePause();
+  ComputePause(const ComputePause&) = delete;
+  ComputePause& operator=(const ComputePause&) = delete;
+
+ private:
+  bool was_open_;
+};
+
 }  // namespace hexiseq::runtime

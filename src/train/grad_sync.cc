@@ -10,6 +10,7 @@
 #include <cstring>
 #include <utility>
 
+#include "runtime/slowdown.h"
 #include "spec/error.h"
 #include "train/clock.h"
 
@@ -194,7 +195,10 @@ void GradientSync::AwaitWeights(size_t index) {
   Bucket& bucket = buckets_[bucket_of_[index]];
   if (!bucket.weight_request) return;
   const double start = Now();
-  world_.Wait(*bucket.weight_request);
+  {
+    const runtime::ComputePause pause;  // --slowdown: waiting is not compute
+    world_.Wait(*bucket.weight_request);
+  }
   bucket.weight_request.reset();
   FinishWeightGather(bucket);
   weight_wait_seconds_ += Now() - start;

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <thread>
 
 namespace hexiseq::runtime {
 namespace {
@@ -127,6 +128,33 @@ TEST(Slowdown, MarkPadsTheTimeSinceTheMarkOnce) {
   EXPECT_GE(padded, 2 * inner);
   EXPECT_LE(padded, 2 * (outer + kPreemptionSlack));
   PadComputeSinceMark();  // no region open: nothing more
+  EXPECT_EQ(RequestedPaddingSeconds() - before, padded);
+  SetComputeSlowdown(1);
+}
+
+// A wait inside an open region (the trainer waiting for weights in the forward) is not padded;
+// the compute on both sides of it is, and without an open region a pause opens none.
+TEST(Slowdown, PausedWaitsAreNotPadded) {
+  SetComputeSlowdown(3);
+  const double before = RequestedPaddingSeconds();
+  const Clock::time_point outer_start = Clock::now();
+  MarkComputeStart();
+  Spin(2e-3);
+  double waited = 0;
+  {
+    const ComputePause pause;
+    const Clock::time_point wait_start = Clock::now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    waited = SecondsSince(wait_start);
+  }
+  Spin(2e-3);
+  PadComputeSinceMark();
+  const double padded = RequestedPaddingSeconds() - before;
+  constexpr double kPreemptionSlack = 5e-3;
+  EXPECT_GE(padded, 2 * 4e-3);
+  EXPECT_LE(padded, 2 * (SecondsSince(outer_start) - waited + kPreemptionSlack));
+  { const ComputePause pause; }  // no region open: nothing padded, none opened
+  PadComputeSinceMark();
   EXPECT_EQ(RequestedPaddingSeconds() - before, padded);
   SetComputeSlowdown(1);
 }

@@ -21,12 +21,13 @@
 // partition, batch split and every replica's domain points together, scored as whole plans).
 //
 // Identical sub-clusters (same devices, links and sharding) are searched once. Refinement: the
-// replicas of every shape within kRefineMargin of the best (at most kRefinedShapes) are refined
-// by the class-level sequence search and the 1-token descent from their domain optimum, its
-// runners-up, the best few structures balanced off the grid (StructureStarts) and each baseline
-// of the sub-cluster (kept only where the busy time falls); then
-// the baseline plans themselves (data-parallel ones included) compete, so the result is never
-// worse than the domain optimum nor than any baseline.
+// replicas of every feasible shape (each sub-cluster once) are refined by the class-level
+// sequence search and the 1-token descent from their domain optimum, its runners-up, every
+// structure balanced off the grid (StructureStarts) and each baseline of the sub-cluster (kept
+// only where the busy time falls); then the baseline plans themselves (data-parallel ones
+// included) compete, so the result is never worse than the domain optimum nor than any baseline.
+// Refining only the shapes near the best one missed plans that the grid's mirrored chunks make
+// slow and that are fastest off the grid (docs/performance.md, "Optimality").
 #include <algorithm>
 #include <deque>
 #include <limits>
@@ -42,10 +43,7 @@ namespace {
 
 constexpr int64_t kExactDescentTrials = 20000;   // refinement outside the domain, per start
 constexpr int kExactClassEvaluations = 200;      // class-level sequence search before each descent
-constexpr double kRefineMargin = 0.03;           // shapes this close to the best are refined
-constexpr size_t kRefinedShapes = 4;             // ... at most this many
-constexpr int64_t kStructureStartTrials = 1000;  // short descent of each structure start ...
-constexpr size_t kStructureStarts = 3;           // ... of which this many are refined in full
+constexpr int64_t kStructureStartTrials = 1000;  // short descent of each structure start
 constexpr int kBalanceRounds = 2;                // re-fits of BalanceTokens' time model
 
 // One replica's optimum: a sub-cluster searched at one sharding, one sequence.
@@ -147,7 +145,7 @@ std::string ShapeName(const Cluster& world, const std::vector<std::vector<int>>&
 // Starts off the grid for structures whose grid points are all far from the optimum (where
 // memory binds, the grid's mirrored chunks and 1/24 member steps can miss by 20%): every
 // structure of the domain with its tokens balanced by the fitted group rates (BalanceTokens from
-// the compute-proportional split), after a short descent; the best kStructureStarts.
+// the compute-proportional split), after a short descent; best first.
 std::vector<Layout> StructureStarts(const CostModel& model, const Clock& clock) {
   std::vector<std::pair<PlanCost, Layout>> scored;
   const int64_t seq = model.workload().seq_len;
@@ -163,8 +161,7 @@ std::vector<Layout> StructureStarts(const CostModel& model, const Clock& clock) 
   std::stable_sort(scored.begin(), scored.end(),
                    [](const auto& a, const auto& b) { return BusyBetter(a.first, b.first); });
   std::vector<Layout> starts;
-  for (size_t index = 0; index < std::min(kStructureStarts, scored.size()); ++index)
-    starts.push_back(std::move(scored[index].second));
+  for (auto& [cost, layout] : scored) starts.push_back(std::move(layout));
   return starts;
 }
 
@@ -225,14 +222,11 @@ class TrainingSearch {
     Sort();
   }
 
-  // Refines the replicas of the best shapes and re-scores every shape they appear in.
+  // Refines the replicas of every feasible shape and re-scores every shape they appear in.
   void Refine(const Clock& clock) {
-    if (shapes_.empty() || !shapes_.front().result.feasible()) return;
-    const double limit = shapes_.front().result.cost.iteration_seconds * (1 + kRefineMargin);
-    for (size_t index = 0; index < std::min(kRefinedShapes, shapes_.size()); ++index) {
-      const StrategyResult& result = shapes_[index].result;
-      if (!result.feasible() || result.cost.iteration_seconds > limit) break;
-      for (ReplicaOptimum* optimum : shapes_[index].optima) RefineReplica(*optimum, clock);
+    for (const Shape& shape : shapes_) {
+      if (!shape.result.feasible()) break;  // sorted: the infeasible ones come last
+      for (ReplicaOptimum* optimum : shape.optima) RefineReplica(*optimum, clock);
     }
     for (size_t index = 0; index < shapes_.size(); ++index)
       if (std::any_of(shapes_[index].optima.begin(), shapes_[index].optima.end(),

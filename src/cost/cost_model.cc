@@ -1098,7 +1098,9 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
   const double rounds = problem_.workload.zero_stage >= 3 ? problem_.workload.batch : 1.0;
   cost.sync_window_seconds =
       SyncWindowSeconds(busy, problem_.model.layers * (local_bwd + ring_bwd + recompute));
-  cost.grad_sync_seconds = ExposedGradSync(plan, cost.sync_window_seconds, rounds);
+  cost.forward_window_seconds = problem_.model.layers * fwd;
+  cost.grad_sync_seconds =
+      ExposedGradSync(plan, cost.sync_window_seconds, cost.forward_window_seconds, rounds);
   cost.optimizer_seconds = OptimizerStepSeconds(plan);
   cost.iteration_seconds = busy + cost.grad_sync_seconds + cost.optimizer_seconds;
   cost.replica_busy_seconds = {busy};
@@ -1134,9 +1136,28 @@ double CostModel::OptimizerStepSeconds(const Plan& plan) const {
   return slowest;
 }
 
-double CostModel::ExposedGradSync(const Plan& plan, double window_seconds, double rounds) const {
+double CostModel::ExposedGradSync(const Plan& plan, double window_seconds, double forward_seconds,
+                                  double rounds) const {
   const double bucket = GradSyncBucketSeconds(plan);
-  return ExposedSyncSeconds(bucket, rounds * problem_.model.layers * bucket, window_seconds);
+  return StageExposedSyncSeconds(bucket, rounds * problem_.model.layers * bucket, window_seconds,
+                                 forward_seconds);
+}
+
+double CostModel::StageExposedSyncSeconds(double bucket_seconds, double total_seconds,
+                                          double window_seconds, double forward_seconds) const {
+  const double both = ExposedSyncSeconds(bucket_seconds, total_seconds, window_seconds);
+  const int stage = problem_.workload.zero_stage;
+  if (stage < 1 || stage > 2) return both;
+  // One pass of each bucket: the reduce-scatter in the backward, the all-gather in the forward.
+  const double half_bucket = bucket_seconds / 2, half_total = total_seconds / 2;
+  const double split = ExposedSyncSeconds(half_bucket, half_total, window_seconds) +
+                       ExposedSyncSeconds(half_bucket, half_total, forward_seconds);
+  return std::min(both, split);
+}
+
+double CostModel::ReplicasForwardWindowSeconds(const std::vector<double>& forward_seconds) {
+  if (forward_seconds.empty()) return 0;
+  return *std::min_element(forward_seconds.begin(), forward_seconds.end());
 }
 
 double CostModel::SyncWindowSeconds(double busy_seconds, double backward_seconds) const {
@@ -1271,11 +1292,15 @@ PlanCost CostModel::CombineReplicas(const Plan& plan, const std::vector<PlanCost
     cost.infeasible_reason = "replica " + std::to_string(replica) + ": " + part.infeasible_reason;
   }
   for (int rank : plan.left_out) cost.ranks[rank] = RankCost{.rank = rank};
-  std::vector<double> windows;
-  for (size_t replica = 0; replica < members.size(); ++replica)
+  std::vector<double> windows, forwards;
+  for (size_t replica = 0; replica < members.size(); ++replica) {
     windows.push_back(parts[source[replica]].sync_window_seconds);
+    forwards.push_back(parts[source[replica]].forward_window_seconds);
+  }
   cost.sync_window_seconds = ReplicasSyncWindowSeconds(cost.replica_busy_seconds, windows);
-  cost.grad_sync_seconds = ExposedGradSync(plan, cost.sync_window_seconds, SyncRounds(plan));
+  cost.forward_window_seconds = ReplicasForwardWindowSeconds(forwards);
+  cost.grad_sync_seconds = ExposedGradSync(plan, cost.sync_window_seconds,
+                                           cost.forward_window_seconds, SyncRounds(plan));
   for (const std::vector<int>& ranks : members)
     for (int rank : ranks) cost.ranks[rank].grad_sync_seconds = cost.grad_sync_seconds;
   cost.optimizer_seconds = OptimizerStepSeconds(plan);

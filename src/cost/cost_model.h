@@ -140,6 +140,9 @@ struct PlanCost {
   // Of the slowest replica's busy time, the part the gradient sync hides behind
   // (CostModel::ReplicasSyncWindowSeconds; one replica: SyncWindowSeconds).
   double sync_window_seconds = 0;
+  // The forward of one sequence, all layers, of the replica that finishes it first: what ZeRO
+  // 1-2's weight all-gather can hide behind (CostModel::StageExposedSyncSeconds).
+  double forward_window_seconds = 0;
   std::vector<RankCost> ranks;  // indexed by rank
 };
 
@@ -351,6 +354,20 @@ class CostModel {
   // to the slowest replica's end. One replica: its own window.
   static double ReplicasSyncWindowSeconds(const std::vector<double>& busy_seconds,
                                           const std::vector<double>& window_seconds);
+  // The forward window of replicas that start together after the optimizer step: the weights
+  // must reach every replica, so the one with the shortest forward of one sequence sets it.
+  static double ReplicasForwardWindowSeconds(const std::vector<double>& forward_seconds);
+  // The overlap rule at the workload's ZeRO stage (the cost model, the scheduler's incremental
+  // score and the simulator all apply it): ExposedSyncSeconds over the backward window, except at
+  // ZeRO 1-2, where the second pass is the all-gather of the weights their owners updated, which
+  // runs behind the next iteration's forward (`forward_seconds`); there the sync is charged the
+  // lesser of that split (the reduce-scatter's exposure over the backward window plus the
+  // all-gather's over the forward, at least one pass each) and both passes over the backward
+  // window. The second term keeps ZeRO 1-2 no slower than ZeRO 0 for any plan, which the
+  // configuration search relies on (training_search.h); it is optimistic by the all-gather's
+  // excess over the forward where the forward is the shorter window (docs/cost_model.md).
+  double StageExposedSyncSeconds(double bucket_seconds, double total_seconds, double window_seconds,
+                                 double forward_seconds) const;
 
   const Problem& problem() const { return problem_; }
   const Cluster& cluster() const { return problem_.cluster; }
@@ -403,9 +420,11 @@ class CostModel {
                            const std::vector<int>& source) const;
   // Sync rounds of an iteration: under ZeRO-3 the sequences of the busiest replica, else 1.
   double SyncRounds(const Plan& plan) const;
-  // The gradient sync not hidden behind `window_seconds` of compute (SyncWindowSeconds): all
-  // buckets of `rounds` rounds over the plan's participants, at least the last bucket.
-  double ExposedGradSync(const Plan& plan, double window_seconds, double rounds) const;
+  // The gradient sync not hidden behind `window_seconds` of compute (SyncWindowSeconds) and, at
+  // ZeRO 1-2, `forward_seconds` (StageExposedSyncSeconds): all buckets of `rounds` rounds over
+  // the plan's participants, at least the last bucket.
+  double ExposedGradSync(const Plan& plan, double window_seconds, double forward_seconds,
+                         double rounds) const;
 
   Problem problem_;
   CostConstants k_;

@@ -9,11 +9,13 @@
 //    through the number of participants ZeRO shards over (ReplicaCostModel);
 //  - the iteration is the slowest replica's busy time X plus the exposed gradient sync, which
 //    depends on the participants, X, (ZeRO-3) the sequences M of the busiest replica and (ZeRO
-//    0-2) when the last replica starts its last backward (ReplicasSyncWindowSeconds); the
+//    0-2) when the last replica starts its last backward (ReplicasSyncWindowSeconds) and (ZeRO
+//    1-2) the shortest forward (ReplicasForwardWindowSeconds); the
 //    iteration never falls when X or M grows; the optimizer step after it depends on the
 //    participants only (CostModel::OptimizerStepSeconds). Under ZeRO-3, or where the window hides
 //    the sync, that is all; at ZeRO 0-2 with the sync exposed, a replica layout with a longer busy
-//    time but a shorter forward could open the window earlier, and is not looked for.
+//    time but a shorter backward opening or (ZeRO 1-2, the all-gather's window) a longer forward
+//    could expose less of it, and is not looked for.
 // So each replica's layout minimises its one-sequence busy time, and for each bound M on a
 // replica's sequences the capped min-max split (MinMaxBatchSplit) minimises X: every M is tried
 // under ZeRO-3 (CandidateBatchSplits), only M = batch otherwise. tests/sched/exact_search_test.cc

@@ -193,7 +193,9 @@ double PlanState::IterationOf(const double maxima[], double selective) const {
                       layers * recompute + w.batch * maxima[4];
   const double window =
       model_.SyncWindowSeconds(busy, model_.model().layers * (maxima[2] + maxima[3] + recompute));
-  return busy + CostModel::ExposedSyncSeconds(sync_bucket_seconds_, sync_seconds_, window) +
+  const double forward = model_.model().layers * fwd;
+  return busy +
+         model_.StageExposedSyncSeconds(sync_bucket_seconds_, sync_seconds_, window, forward) +
          optimizer_seconds_;
 }
 

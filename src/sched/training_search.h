@@ -1,8 +1,10 @@
 // `--zero auto` and `--recompute auto`: the planner tries the ZeRO stages and recompute policies
 // the options leave open and keeps the fastest feasible plan. ZeRO 0 and 1 are not tried: the
-// cost model charges stages 1 and 2 the same time for any plan (one all-reduce per iteration, the
-// optimizer step over sharded state), stage 0 that plus the unsharded step's extra, and stage 2
-// the least memory of the three, so stage 2 is never worse (tested in
+// cost model charges stages 1 and 2 the same time for any plan (a reduce-scatter and an
+// all-gather per iteration, the optimizer step over sharded state), stage 0 no less (its
+// all-reduce behind the backward window alone: CostModel::StageExposedSyncSeconds) plus the
+// unsharded step's extra, and stage 2 the least memory of the three, so stage 2 is never worse
+// (tested in
 // TrainingSearch.ZeroStagesBelowThreeCostNoLessThanStageTwo). Cheap strategies (the baselines) are
 // run at every configuration. The searches (hexiseq, exact), when more than two configurations are
 // open, are run at the first (the lowest stage without recompute: every plan is fastest there),

@@ -155,6 +155,7 @@ LayerRun RunLayers(std::vector<std::unique_ptr<LayerGraphBuilder>>& builders,
 struct PassTerms {
   double local = 0, ring = 0, recompute = 0;
   double backward = 0;  // the recompute and backward passes (CostModel::SyncWindowSeconds)
+  double forward = 0;   // the forward passes (CostModel::StageExposedSyncSeconds)
   double all_layers() const { return local + ring + recompute; }
 };
 
@@ -167,6 +168,7 @@ PassTerms TermsOfPasses(const std::vector<PassFigures>& passes) {
         std::min(total, Seconds(std::max<int64_t>(0, pass.ring_done_ns - pass.local_in_ns)));
     if (pass.pass == Pass::kBackward || pass.pass == Pass::kRecompute)
       terms.backward += pass.weight * total;
+    if (pass.pass == Pass::kForward) terms.forward += pass.weight * total;
     if (pass.pass == Pass::kRecompute) {
       terms.recompute += pass.weight * total;
     } else {
@@ -205,6 +207,7 @@ void FillReplicas(const std::vector<ReplicaRun>& replicas, const LayerRun& layer
     const PassTerms terms = TermsOfPasses(layer_run.passes[replica]);
     row.all_layers_seconds = terms.all_layers();
     row.backward_seconds = terms.backward;
+    row.forward_seconds = terms.forward;
     for (int rank : row.ranks) row.head_seconds = std::max(row.head_seconds, head_seconds[rank]);
     row.busy_seconds = row.sequences * (row.all_layers_seconds + row.head_seconds);
     if (out.replicas.empty() || row.busy_seconds > out.replicas[out.slowest_replica].busy_seconds)
@@ -259,18 +262,20 @@ double FillIteration(const CostModel& cost, const Plan& plan, const EngineResult
   out.head_seconds = slowest.head_seconds;
   out.grad_bucket_seconds = cost.GradSyncPasses() * Seconds(sync_run.makespan_ns);
   int most_sequences = 0, total_sequences = 0;
-  std::vector<double> busy, windows;
+  std::vector<double> busy, windows, forwards;
   for (const SimReplica& replica : out.replicas) {
     most_sequences = std::max(most_sequences, replica.sequences);
     total_sequences += replica.sequences;
     busy.push_back(replica.busy_seconds);
     windows.push_back(cost.SyncWindowSeconds(replica.busy_seconds, replica.backward_seconds));
+    forwards.push_back(replica.forward_seconds);
   }
   const double sync_rounds = cost.workload().zero_stage >= 3 ? most_sequences : 1.0;
   out.grad_sync_total_seconds = sync_rounds * cost.model().layers * out.grad_bucket_seconds;
   out.grad_sync_exposed_seconds =
-      CostModel::ExposedSyncSeconds(out.grad_bucket_seconds, out.grad_sync_total_seconds,
-                                    CostModel::ReplicasSyncWindowSeconds(busy, windows));
+      cost.StageExposedSyncSeconds(out.grad_bucket_seconds, out.grad_sync_total_seconds,
+                                   CostModel::ReplicasSyncWindowSeconds(busy, windows),
+                                   CostModel::ReplicasForwardWindowSeconds(forwards));
   if (participants <= 1) out.grad_sync_exposed_seconds = 0;
   out.optimizer_seconds = cost.OptimizerStepSeconds(plan);
   out.iteration_seconds =

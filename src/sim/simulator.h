@@ -20,7 +20,9 @@
 // the participating nodes); the whole sync (layers x bucket, under ZeRO-3 once per sequence of
 // the replica with the most sequences) overlaps the compute in the replicas' joint window
 // (CostModel::ReplicasSyncWindowSeconds of each replica's CostModel::SyncWindowSeconds: under
-// ZeRO 0-2 its last sequence's simulated recompute and backward passes) except its last bucket.
+// ZeRO 0-2 its last sequence's simulated recompute and backward passes) except its last bucket;
+// at ZeRO 1-2 the all-gather pass may hide behind the shortest simulated forward of one sequence
+// instead (CostModel::StageExposedSyncSeconds).
 // Left-out ranks do nothing (no compute, no message). Memory feasibility comes from the cost
 // model's memory figures (the simulator does not model allocation).
 #pragma once
@@ -81,6 +83,7 @@ struct SimReplica {
   double head_seconds = 0;        // its LM head per sequence (slowest rank)
   double busy_seconds = 0;        // per iteration: sequences x (all layers + LM head)
   double backward_seconds = 0;    // its recompute and backward passes, one sequence
+  double forward_seconds = 0;     // its forward passes, one sequence
 };
 
 struct SimResult {

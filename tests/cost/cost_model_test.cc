@@ -300,7 +300,18 @@ TEST(CostModel, TwoReplicasAndALeftOutRankHandComputed) {
   EXPECT_NEAR(cost.sync_window_seconds / window, 1.0, 1e-9);
   const double bucket = model.TotalParams() * 2 / layers;
   const double pass = cluster.Latency(0, 1) + bucket / 2 / std::min(cluster.Bandwidth(0, 1), 10e9);
-  const double sync = std::max(2 * pass, layers * 2 * pass - window);
+  // ZeRO-1's second pass is the all-gather of the updated weights, behind the next forward of one
+  // sequence (linear x 1, attention x 1), which the fast replica finishes first: each pass's
+  // exposure over its own window, or both passes over the backward's if that is less.
+  const double fast_forward = layers * 2 * layer_params * s / (200e12 * 0.8) +
+                              layers * 4 * 8 * 4 * (s * (s + 1) / 2) / (200e12 * 0.5);
+  auto zero1_sync = [&](double backward_window) {
+    const double split = std::max(pass, layers * pass - backward_window) +
+                         std::max(pass, layers * pass - fast_forward);
+    return std::min(split, std::max(2 * pass, layers * 2 * pass - backward_window));
+  };
+  const double sync = zero1_sync(window);
+  ASSERT_LT(sync, std::max(2 * pass, layers * 2 * pass - window));  // the forward helps here
   // Then the optimizer step: ZeRO-1 gives each participant half of Adam's state to update, 28
   // bytes of traffic per parameter at 2 TB/s.
   const double optimizer = 28 * model.TotalParams() / 2 / 2e12;
@@ -337,8 +348,29 @@ TEST(CostModel, TwoReplicasAndALeftOutRankHandComputed) {
   const double opening = std::max(2 * fast - fast_backward, slow - slow_backward);
   ASSERT_GT(opening, slow - slow_backward);
   EXPECT_NEAR(later.sync_window_seconds / (slow - opening), 1.0, 1e-9);
-  EXPECT_NEAR(later.grad_sync_seconds / std::max(2 * pass, layers * 2 * pass - (slow - opening)),
-              1.0, 1e-9);
+  EXPECT_NEAR(later.grad_sync_seconds / zero1_sync(slow - opening), 1.0, 1e-9);
+}
+
+// The overlap rule per stage, on round figures (bucket 2 s of two passes, 20 s in all): ZeRO 0
+// and 3 hide both passes behind the backward window; ZeRO 1-2 take the lesser of that and each
+// pass behind its own window (the all-gather behind the forward), at least one pass each.
+TEST(CostModel, StageExposedSyncSplitsZeroOneTwoAcrossTheForward) {
+  const Cluster cluster = MakeCluster({Device("Fast", 200, 0.8, 0.5)}, {1}, 1, 10e9);
+  for (int stage = 0; stage <= 3; ++stage) {
+    Workload w;
+    w.zero_stage = stage;
+    const CostModel cm(cluster, Tiny(), w);
+    const bool split = stage == 1 || stage == 2;
+    SCOPED_TRACE("zero " + std::to_string(stage));
+    // A short backward window, a long forward: 15 s exposed in the backward alone; split,
+    // 10 - 5 = 5 s of reduce-scatter and the all-gather's last pass (1 s).
+    EXPECT_DOUBLE_EQ(cm.StageExposedSyncSeconds(2, 20, 5, 12), split ? 6 : 15);
+    // A long backward window, a short forward: both passes fit behind the backward (5 s exposed),
+    // split would expose 1 + (10 - 4) = 7 s: the lesser is charged.
+    EXPECT_DOUBLE_EQ(cm.StageExposedSyncSeconds(2, 20, 15, 4), 5);
+    // Everything hidden: one bucket either way (two passes, or one pass of each).
+    EXPECT_DOUBLE_EQ(cm.StageExposedSyncSeconds(2, 20, 30, 30), 2);
+  }
 }
 
 // The gradient sync hides behind the last sequence's backward at ZeRO 0-2 (earlier sequences

@@ -28,6 +28,7 @@
 // structure balanced off the grid (StructureStarts) and each baseline of the sub-cluster (kept
 // only where the busy time falls); then the baseline plans themselves (data-parallel ones
 // included) compete, so the result is never worse than the domain optimum nor than any baseline.
+// A one-replica shape's whole plan is then descended on the world model (DescendWholePlan).
 // Refining only the shapes near the best one missed plans that the grid's mirrored chunks make
 // slow and that are fastest off the grid (docs/performance.md, "Optimality").
 #include <algorithm>
@@ -193,7 +194,22 @@ void RefineReplica(ReplicaOptimum& optimum, const Clock& clock) {
   }
 }
 
-// Every shape scored at its best split (Enumerate), then the best few refined (Refine).
+// A one-replica shape's plan is the whole plan: descended once more on the world model, whose
+// objective is the iteration itself (a replica is laid out by its busy time, which leaves out
+// how much of the gradient sync its backward and forward hide); kept where it is better.
+void DescendWholePlan(const CostModel& world, Shape& shape, const Clock& clock) {
+  Layout layout;
+  if (shape.subs.size() != 1 || !shape.result.feasible() ||
+      !LayoutFromPlan(shape.result.plan, layout))
+    return;
+  PlanState state(world, ClassSearch(world, std::move(layout), kExactClassEvaluations, clock));
+  Descend(state, kExactDescentTrials, [&] { return clock.Expired(); });
+  StrategyResult result = Score(world, BuildPlan(world, state.layout(), "exact", ""),
+                                shape.result.config + " + whole-plan descent");
+  if (Better(result, shape.result)) shape.result = std::move(result);
+}
+
+// Every shape scored at its best split (Enumerate), then every feasible one refined (Refine).
 class TrainingSearch {
  public:
   TrainingSearch(const CostModel& world, const ScheduleOptions& options, const ExactGrid& grid)
@@ -234,6 +250,7 @@ class TrainingSearch {
       if (std::any_of(shapes_[index].optima.begin(), shapes_[index].optima.end(),
                       [](const ReplicaOptimum* optimum) { return optimum->refined; }))
         ScoreShape(world_, shapes_[index], shapes_[index].result.config + " + descent");
+    for (Shape& shape : shapes_) DescendWholePlan(world_, shape, clock);
     Sort();
   }
 

@@ -90,8 +90,6 @@ int main(int argc, char** argv) {
     }
   }
   PrintBenchHeader("sched_optimality");
-  const char* models[] = {"llama3-8b",  "llama2-7b", "llama3.2-3b", "gpt-3b",
-                          "llama2-13b", "gpt-7b",    "llama3-70b"};
   std::mt19937_64 rng(seed);
   std::vector<double> gaps, domain_gaps, snapped_gaps;
   int infeasible = 0, missed = 0,
@@ -101,10 +99,11 @@ int main(int argc, char** argv) {
               "ranks", "model", "seq", "sched_s", "exact_s", "domain_s", "gap_%", "domain_%",
               "snap_%", "points", "exact_t", "cluster");
   for (int c = 0; c < cases; ++c) {
-    const int ranks = 2 + static_cast<int>(rng() % (kExactMaxRanks - 1));
-    Cluster cluster = sched_test::RandomSmallCluster(rng, ranks);
-    const ModelSpec model_spec = sched_test::Model(models[rng() % 7]);
-    const int64_t seq_len = int64_t{1} << (14 + rng() % 5);
+    sched_test::SmallCase drawn = sched_test::DrawSmallCase(rng, kExactMaxRanks);
+    const Cluster& cluster = drawn.cluster;
+    const ModelSpec& model_spec = drawn.model;
+    const int64_t seq_len = drawn.seq_len;
+    const int ranks = cluster.num_ranks();
     if (!only.empty() && !only.count(c)) continue;
     const Workload w = TrainingSettings(seed, c, seq_len);
     CostModel model(cluster, model_spec, w);

@@ -4,11 +4,10 @@
 // all-gather per iteration, the optimizer step over sharded state), stage 0 no less (its
 // all-reduce behind the backward window alone: CostModel::StageExposedSyncSeconds) plus the
 // unsharded step's extra, and stage 2 the least memory of the three, so stage 2 is never worse
-// (tested in
-// TrainingSearch.ZeroStagesBelowThreeCostNoLessThanStageTwo). Cheap strategies (the baselines) are
-// run at every configuration. The searches (hexiseq, exact), when more than two configurations are
-// open, are run at the first (the lowest stage without recompute: every plan is fastest there),
-// then at the best other configuration by its best baseline; a configuration whose
+// (tested in TrainingSearch.ZeroStagesBelowThreeCostNoLessThanStageTwo). Cheap strategies (the
+// baselines) are run at every configuration. The searches (hexiseq, exact), when more than two
+// configurations are open, are run at the first (the lowest stage without recompute: every plan is
+// fastest there), then at the best other configuration by its best baseline; a configuration whose
 // aggregate-compute bound is no less than the plan found is skipped (no plan there, searched or
 // baseline, can beat it), and there a baseline that was feasible at the first configuration and
 // no faster than that plan is only re-scored, not re-planned (a plan is never faster at another

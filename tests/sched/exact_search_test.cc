@@ -699,10 +699,8 @@ TEST(Determinism, ScheduleGivesByteIdenticalPlans) {
 // feasible shape was). 610 (an H100, an A800 and an L40S, gpt-7b at 16K, batch 4, ZeRO-2,
 // selective): a layout whose forward hides more of the exposed weight all-gather, which a
 // replica laid out by busy time misses (6.6% before one-replica plans were descended whole).
-// The clusters are the bench's draws, replayed.
+// The cases are the bench's draws (sched_test::DrawSmallCase), replayed.
 TEST(ExactSearch, ExactSearchIsNoSlowerThanTheSchedulerOnBenchCases450And610) {
-  const char* models[] = {"llama3-8b",  "llama2-7b", "llama3.2-3b", "gpt-3b",
-                          "llama2-13b", "gpt-7b",    "llama3-70b"};  // sched_optimality's
   struct Settings {
     int batch, zero_stage;
     Recompute recompute;
@@ -712,22 +710,15 @@ TEST(ExactSearch, ExactSearchIsNoSlowerThanTheSchedulerOnBenchCases450And610) {
   std::mt19937_64 rng(1);
   int next = 0;
   for (const auto& [number, settings] : cases) {
-    Cluster cluster;
-    std::string model_name;
-    int64_t seq_len = 0;
-    for (; next <= number; ++next) {  // the bench's draws per case, in its order
-      const int ranks = 2 + static_cast<int>(rng() % (kExactMaxRanks - 1));
-      cluster = sched_test::RandomSmallCluster(rng, ranks);
-      model_name = models[rng() % 7];
-      seq_len = int64_t{1} << (14 + rng() % 5);
-    }
-    ASSERT_EQ(cluster.num_ranks(), 3) << number;
+    sched_test::SmallCase drawn;
+    for (; next <= number; ++next) drawn = sched_test::DrawSmallCase(rng, kExactMaxRanks);
+    ASSERT_EQ(drawn.cluster.num_ranks(), 3) << number;
     Workload workload;
-    workload.seq_len = seq_len;
+    workload.seq_len = drawn.seq_len;
     workload.batch = settings.batch;
     workload.zero_stage = settings.zero_stage;
     workload.recompute = settings.recompute;
-    const CostModel model(cluster, sched_test::Model(model_name), workload);
+    const CostModel model(drawn.cluster, drawn.model, workload);
     auto scheduled = Schedule(model.problem());
     ScheduleOptions exact_options;
     exact_options.explain_infeasible = false;
@@ -735,8 +726,8 @@ TEST(ExactSearch, ExactSearchIsNoSlowerThanTheSchedulerOnBenchCases450And610) {
     ASSERT_TRUE(scheduled && exact) << number;
     ASSERT_TRUE(scheduled->feasible() && exact->feasible()) << number;
     EXPECT_LE(exact->cost.iteration_seconds, scheduled->cost.iteration_seconds * (1 + 1e-6))
-        << "case " << number << " (" << model_name << " at " << seq_len << "): the scheduler's "
-        << scheduled->config << " against " << exact->config;
+        << "case " << number << " (" << drawn.model.name << " at " << drawn.seq_len
+        << "): the scheduler's " << scheduled->config << " against " << exact->config;
   }
 }
 

@@ -63,6 +63,24 @@ inline Cluster RandomSmallCluster(std::mt19937_64& rng, int ranks) {
   return c;
 }
 
+// One case of bench/sched/sched_optimality: 2 to `max_ranks` GPUs (RandomSmallCluster), a random
+// preset model and a sequence of 16K-256K, drawn in that order from `rng`.
+struct SmallCase {
+  Cluster cluster;
+  ModelSpec model;
+  int64_t seq_len = 0;
+};
+inline SmallCase DrawSmallCase(std::mt19937_64& rng, int max_ranks) {
+  static const char* kModels[] = {"llama3-8b",  "llama2-7b", "llama3.2-3b", "gpt-3b",
+                                  "llama2-13b", "gpt-7b",    "llama3-70b"};
+  SmallCase out;
+  const int ranks = 2 + static_cast<int>(rng() % (max_ranks - 1));
+  out.cluster = RandomSmallCluster(rng, ranks);
+  out.model = Model(kModels[rng() % 7]);
+  out.seq_len = int64_t{1} << (14 + rng() % 5);
+  return out;
+}
+
 // Mixed 4-type cluster of n GPUs (n a multiple of 32): H100, A100, A800, L40S nodes of 8.
 inline Cluster MixedCluster(int gpus) {
   const int nodes_per_type = std::max(1, gpus / 32);

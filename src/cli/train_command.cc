@@ -302,11 +302,15 @@ int TrainOnThisRank(std::unique_ptr<runtime::Comm>& world, const TrainFlags& fla
   }
   if ((*trainer)->optimizer_sharded() && (*trainer)->participants().rank() == 0) {
     std::fprintf(stderr,
-                 "train: ZeRO %d: the optimizer state is sharded over the %d participants by "
+                 "train: ZeRO %d: the optimizer state%s is sharded over the %d participants by "
                  "whole parameters; each receives its parameters' gradient sums "
                  "(reduce-scatter)%s\n",
-                 plan->zero_stage, (*trainer)->participants().size(),
-                 plan->zero_stage >= 3 ? " (the weights stay replicated: stage 2)" : "");
+                 plan->zero_stage, (*trainer)->weights_sharded() ? " with the weights" : "",
+                 (*trainer)->participants().size(),
+                 (*trainer)->weights_sharded()
+                     ? " once per sequence, and gathers every layer's weights before its "
+                       "forward and before its backward"
+                     : "");
   }
   return TrainSteps(**trainer, flags, watchdog);
 }

@@ -262,10 +262,11 @@ Result<void> ReadCheckpointFiles(Trainer& trainer, const std::string& dir) {
 
 Result<void> SaveCheckpoint(Trainer& trainer, const std::string& dir) {
   Result<void> local;
-  // Every participant holds the same weights and, gathered from their owners where the plan
-  // shards it, the same optimizer state: the first one writes them.
+  // Every participant holds the same weights and optimizer state (gathered from their owners
+  // where the plan shards them): the first one writes them.
   std::vector<at::Tensor> exp_avg, exp_avg_sq;
   trainer.GatherOptimizerState(exp_avg, exp_avg_sq);
+  trainer.GatherWeights();
   if (trainer.participants().rank() == 0) {
     local = WriteCheckpointFiles(trainer, dir, exp_avg, exp_avg_sq);
   }

@@ -167,28 +167,33 @@ void GradientSync::WriteBack(Bucket& bucket) {
   }
 }
 
-void GradientSync::StartWeightGather() {
+void GradientSync::StartWeightGather(bool backward_order) {
   HEXISEQ_CHECK(!owners_.empty(), "gradient sync: a weight all-gather without owners");
-  const int me = world_.rank();
-  for (auto bucket = buckets_.rbegin(); bucket != buckets_.rend(); ++bucket) {  // forward order
-    HEXISEQ_CHECK(!bucket->weight_request, "gradient sync: a weight all-gather still pending");
-    std::vector<size_t> held(world_.size(), 0);
-    for (size_t index : bucket->order) held[OwnerOf(index)] += params_[index].nbytes();
-    bucket->weight_block = *std::max_element(held.begin(), held.end());
-    bucket->weights_out.assign(bucket->weight_block, 0);
-    bucket->weights_in.resize(bucket->weight_block * world_.size());
-    size_t offset = 0;
-    for (size_t index : bucket->order) {
-      if (OwnerOf(index) != me) continue;
-      const at::Tensor& param = params_[index];
-      HEXISEQ_CHECK(param.is_contiguous(), "gradient sync: gathered weights are contiguous");
-      std::memcpy(bucket->weights_out.data() + offset, param.data_ptr(), param.nbytes());
-      offset += param.nbytes();
-    }
-    bucket->weight_request = world_.IallgatherBytes(
-        bucket->weights_out.data(), bucket->weight_block, bucket->weights_in.data());
+  for (size_t position = 0; position < buckets_.size(); ++position) {
+    // buckets_ is in backward order
+    StartBucketWeightGather(buckets_[backward_order ? position : buckets_.size() - 1 - position]);
   }
   if (!overlap_) AwaitAllWeights();
+}
+
+void GradientSync::StartBucketWeightGather(Bucket& bucket) {
+  HEXISEQ_CHECK(!bucket.weight_request, "gradient sync: a weight all-gather still pending");
+  const int me = world_.rank();
+  std::vector<size_t> held(world_.size(), 0);
+  for (size_t index : bucket.order) held[OwnerOf(index)] += params_[index].nbytes();
+  bucket.weight_block = *std::max_element(held.begin(), held.end());
+  bucket.weights_out.assign(bucket.weight_block, 0);
+  bucket.weights_in.resize(bucket.weight_block * world_.size());
+  size_t offset = 0;
+  for (size_t index : bucket.order) {
+    if (OwnerOf(index) != me) continue;
+    const at::Tensor& param = params_[index];
+    HEXISEQ_CHECK(param.is_contiguous(), "gradient sync: gathered weights are contiguous");
+    std::memcpy(bucket.weights_out.data() + offset, param.data_ptr(), param.nbytes());
+    offset += param.nbytes();
+  }
+  bucket.weight_request = world_.IallgatherBytes(bucket.weights_out.data(), bucket.weight_block,
+                                                 bucket.weights_in.data());
 }
 
 void GradientSync::AwaitWeights(size_t index) {

@@ -52,7 +52,8 @@ class GradientSync {
   // weights (Comm::IallgatherBytes, each owner's block padded to the bucket's largest), in
   // forward order, so that the next forward waits for a layer's weights only when it needs them
   // (as Megatron's --overlap-param-gather); without overlap, waits for them all at once.
-  void StartWeightGather();
+  // `backward_order`: the buckets in backward order instead (ZeRO 3's gather before a backward).
+  void StartWeightGather(bool backward_order = false);
   // Waits for the all-gather of the bucket that holds parameter `index`, if pending, and copies
   // the weights other ranks own into their parameters.
   void AwaitWeights(size_t index);
@@ -82,6 +83,7 @@ class GradientSync {
   void LayOut(Bucket& bucket) const;
   void StartBucket(Bucket& bucket);
   void WriteBack(Bucket& bucket);
+  void StartBucketWeightGather(Bucket& bucket);
   void FinishWeightGather(Bucket& bucket);
   void DrivePending();
   int OwnerOf(size_t index) const { return owners_.empty() ? 0 : owners_[index]; }

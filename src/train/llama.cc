@@ -174,6 +174,9 @@ at::Tensor LlamaShardModel::TokenLosses(const ShardBatch& batch) {
     before(layer);
     x = recompute_ == RecomputePolicy::kFull ? RecomputedLayer::apply(x, this, layer, cos, sin)
                                              : Layer(layer, x, cos, sin);
+    // A hook on the layer's output runs before the backward of the node that made it.
+    if (before_backward_stage_ && x.requires_grad())
+      x.register_hook([this, layer](const at::Tensor&) { before_backward_stage_(layer); });
   }
   before(spec_.layers);
   x = RmsNorm(x, weights_.final_norm, spec_.norm_eps);

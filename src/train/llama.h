@@ -72,6 +72,12 @@ class LlamaShardModel {
   void set_before_stage(std::function<void(int stage)> before) {
     before_stage_ = std::move(before);
   }
+  // Called in the backward of TokenLosses's result just before layer `layer` (0 to layers - 1)
+  // runs its backward (its recompute, with full recompute): ZeRO 3 gathers the layer's weights
+  // again there.
+  void set_before_backward_stage(std::function<void(int layer)> before) {
+    before_backward_stage_ = std::move(before);
+  }
 
  private:
   at::Tensor Attention(int layer, const at::Tensor& h, const at::Tensor& cos,
@@ -83,6 +89,7 @@ class LlamaShardModel {
   std::vector<AttentionLayer>& attention_;
   RecomputePolicy recompute_;
   std::function<void(int stage)> before_stage_;
+  std::function<void(int layer)> before_backward_stage_;
 };
 
 // RoPE tables for the given global positions, computed like HF (fp32 inv_freq and angles):

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "runtime/attention_kernels.h"
 #include "runtime/dist_attention.h"
@@ -193,9 +194,9 @@ Result<void> Trainer::CreateReplicaState() {
   positions_.assign(group.positions.begin() + group.member_offset[role.member],
                     group.positions.begin() + group.member_offset[role.member + 1]);
   weights_ = InitWeights(model_, options_.seed, options_.dtype);
-  std::vector<std::vector<size_t>> stage_params(model_.layers + 2);  // stage + 1
+  stage_params_.assign(model_.layers + 2, {});
   for (const NamedTensorRef& named : NamedParameters(weights_)) {
-    stage_params[named.stage + 1].push_back(params_.size());
+    stage_params_[named.stage + 1].push_back(params_.size());
     params_.push_back(named.tensor);
   }
   shard_model_ =
@@ -213,10 +214,16 @@ Result<void> Trainer::CreateReplicaState() {
           : static_cast<int64_t>(model_.GradBucketParams()) * static_cast<int64_t>(sizeof(float));
   grad_sync_ = std::make_unique<GradientSync>(params_, bucket_bytes, options_.overlap_grad_sync,
                                               *comms_.participants, optimizer_owners_);
+  weights_sharded_ = plan_.zero_stage >= 3 && optimizer_sharded();
   if (optimizer_sharded()) {  // a stage's weights may still be on their way from their owners
-    shard_model_->set_before_stage([this, stage_params](int stage) {
-      for (size_t index : stage_params[stage + 1]) grad_sync_->AwaitWeights(index);
+    shard_model_->set_before_stage([this](int stage) {
+      AwaitStageWeights(stage);
+      // ZeRO 3: the layer before has run its forward (the embedding stays for a tied LM head)
+      if (weights_sharded_ && stage >= 1 && stage <= model_.layers) ReleaseOthersWeights(stage - 1);
     });
+  }
+  if (weights_sharded_) {
+    shard_model_->set_before_backward_stage([this](int layer) { AwaitStageWeights(layer); });
   }
   return {};
 }
@@ -224,6 +231,36 @@ Result<void> Trainer::CreateReplicaState() {
 LlamaWeights& Trainer::weights() {
   if (grad_sync_) grad_sync_->AwaitAllWeights();
   return weights_;
+}
+
+void Trainer::GatherWeights() {
+  if (weights_sharded_) grad_sync_->StartWeightGather();
+  weights();
+}
+
+void Trainer::AwaitStageWeights(int stage) {
+  for (size_t index : stage_params_[stage + 1]) grad_sync_->AwaitWeights(index);
+}
+
+void Trainer::ReleaseOthersWeights(int stage) {
+  constexpr int kNanBytes = 0xFF;  // all ones: a NaN in every floating-point type
+  const int me = comms_.participants->rank();
+  for (size_t index : stage_params_[stage + 1]) {
+    // Raw bytes: the autograd version counter must not see a write (the backward gathers the
+    // same values back before it reads them).
+    if (optimizer_owners_[index] != me)
+      std::memset(params_[index].data_ptr(), kNanBytes, params_[index].nbytes());
+  }
+}
+
+void Trainer::StartBackwardGather() {
+  const runtime::ComputePause pause;  // --slowdown: starting communication is not compute
+  grad_sync_->StartWeightGather(/*backward_order=*/true);
+}
+
+void Trainer::FinishBackwardGather() {
+  grad_sync_->AwaitAllWeights();  // the embedding's and the head's buckets
+  for (int stage = -1; stage <= model_.layers; ++stage) ReleaseOthersWeights(stage);
 }
 
 ShardBatch Trainer::MakeShard(const Sequence& sequence) const {
@@ -258,28 +295,60 @@ PhaseSeconds Trainer::AttentionPhases() const {
   return phases;
 }
 
+size_t Trainer::SyncRounds(size_t mine) const {
+  if (!weights_sharded_) return mine;
+  size_t most = mine;
+  for (int replica = 0; replica < num_replicas(); ++replica) {
+    most = std::max(most, static_cast<size_t>(runtime::ReplicaSequenceBlock(plan_, replica).count));
+  }
+  return num_replicas() > 1 ? most : mine;
+}
+
+void Trainer::AccumulateSequence(const Sequence& sequence, double predictions, bool reduce,
+                                 bool to_owners, std::vector<double>& sums) {
+  if (weights_sharded_) grad_sync_->StartWeightGather();
+  runtime::MarkComputeStart();  // --slowdown pads the compute between attention calls
+  const at::Tensor losses = shard_model_->TokenLosses(MakeShard(sequence));
+  if (reduce) grad_sync_->Arm(to_owners);
+  if (weights_sharded_) StartBackwardGather();
+  (losses.sum() / predictions).backward();
+  runtime::PadComputeSinceMark();
+  if (weights_sharded_) FinishBackwardGather();
+  const at::Tensor detached = losses.detach().to(at::kDouble);
+  sums[0] += detached.sum().item<double>();
+  std::vector<double> recall_mask(positions_.size());
+  for (size_t row = 0; row < positions_.size(); ++row) {
+    recall_mask[row] = sequence.recall_target[positions_[row]];
+  }
+  const at::Tensor mask = at::from_blob(recall_mask.data(), {local_tokens()},
+                                        at::TensorOptions().dtype(at::kDouble));
+  sums[1] += (detached * mask).sum().item<double>();
+  sums[2] += mask.sum().item<double>();
+}
+
+void Trainer::IdleSyncRound(bool reduce, bool to_owners) {
+  grad_sync_->StartWeightGather();
+  grad_sync_->AwaitAllWeights();
+  if (reduce) grad_sync_->Arm(to_owners);
+  StartBackwardGather();
+  FinishBackwardGather();
+}
+
 Result<std::vector<double>> Trainer::Accumulate(std::span<const Sequence> mine, double predictions,
                                                 bool to_owners) {
   std::vector<double> sums(3, 0.0);  // loss sum, recall loss sum, recall count
+  const size_t rounds = SyncRounds(mine.size());
   try {
-    for (size_t index = 0; index < mine.size(); ++index) {
-      const Sequence& sequence = mine[index];
-      runtime::MarkComputeStart();  // --slowdown pads the compute between attention calls
-      const at::Tensor losses = shard_model_->TokenLosses(MakeShard(sequence));
-      // The last backward completes the gradients: it may start their all-reduces.
-      if (index + 1 == mine.size()) grad_sync_->Arm(to_owners);
-      (losses.sum() / predictions).backward();
-      runtime::PadComputeSinceMark();
-      const at::Tensor detached = losses.detach().to(at::kDouble);
-      sums[0] += detached.sum().item<double>();
-      std::vector<double> recall_mask(positions_.size());
-      for (size_t row = 0; row < positions_.size(); ++row) {
-        recall_mask[row] = sequence.recall_target[positions_[row]];
+    for (size_t index = 0; index < rounds; ++index) {
+      // The last backward completes the gradients: it may start their all-reduces. ZeRO 3
+      // reduce-scatters every sequence's (each owner's sum accumulates them).
+      const bool reduce = index + 1 == rounds || ReducesEverySequence(to_owners);
+      if (index < mine.size()) {
+        AccumulateSequence(mine[index], predictions, reduce, to_owners, sums);
+      } else {
+        IdleSyncRound(reduce, to_owners);
       }
-      const at::Tensor mask = at::from_blob(recall_mask.data(), {local_tokens()},
-                                            at::TensorOptions().dtype(at::kDouble));
-      sums[1] += (detached * mask).sum().item<double>();
-      sums[2] += mask.sum().item<double>();
+      if (ReducesEverySequence(to_owners)) pending_sync_seconds_ += grad_sync_->Finish();
     }
   } catch (const c10::Error& error) {
     return Internal(std::string("train: ") + error.what_without_backtrace());
@@ -315,10 +384,11 @@ Result<LossReport> Trainer::ReplicaGradients(std::span<const Sequence> mine,
   LossReport report;
   report.phases = AttentionPhases();
   // The forward's waits for the weights the last step's owners set belong to the sync.
-  const double weight_wait = grad_sync_->TakeWeightWaitSeconds();
+  const double weight_wait =
+      grad_sync_->TakeWeightWaitSeconds() + std::exchange(pending_sync_seconds_, 0.0);
   report.phases.linear += compute_end - start - weight_wait;
   report.phases.grad_sync += weight_wait;
-  report.phases.grad_sync += grad_sync_->Finish();
+  if (!ReducesEverySequence(to_owners)) report.phases.grad_sync += grad_sync_->Finish();
   participants().AllreduceSum(std::span<double>(*sums));
   report.loss = (*sums)[0] / predictions;
   report.recall_loss =
@@ -364,7 +434,9 @@ Result<StepReport> Trainer::Step() {
     const runtime::ComputeRegion padded;  // --slowdown
     optimizer_->Step(report.lr);
   }
-  if (optimizer_sharded()) {  // ZeRO >= 1: the next forward takes the weights their owners set
+  // ZeRO 1-2: the next forward takes the weights their owners set (ZeRO 3 gathers in every
+  // forward)
+  if (optimizer_sharded() && !weights_sharded_) {
     const double share_start = Now();
     grad_sync_->StartWeightGather();
     report.phases.grad_sync += Now() - share_start;

@@ -100,7 +100,12 @@ class Trainer {
   int64_t step() const { return step_; }
   void set_step(int64_t step) { step_ = step; }
   // The weights, all current: waits for the all-gather a sharded step leaves to the next forward.
+  // At ZeRO 3 the weights other participants own are current only after GatherWeights (between
+  // steps they hold NaN).
   LlamaWeights& weights();
+  // Collective over the participants: at ZeRO 3 gathers every parameter from its owner (current
+  // until the next forward releases them); otherwise the same as weights().
+  void GatherWeights();
   Optimizer& optimizer() { return *optimizer_; }
   const DataSource& data() const { return *data_; }
   const ModelSpec& model() const { return model_; }
@@ -116,10 +121,16 @@ class Trainer {
   // a step reduce-scatters the gradients to their parameters' owners (OptimizerShardOwners), each
   // participant clips (the global norm from every owner's squares), keeps the moments of and
   // updates its parameters, then starts the all-gather of the weights, which the next forward
-  // waits for layer by layer (GradientSync::StartWeightGather): they stay replicated (ZeRO 3's
-  // sharded weights run as stage 2; ZeRO 1 and 2 differ in gradient memory only, which `train`
-  // does not shard).
+  // waits for layer by layer (GradientSync::StartWeightGather). ZeRO 1 and 2 differ in gradient
+  // memory only, which `train` does not shard.
   bool optimizer_sharded() const { return !optimizer_owners_.empty(); }
+  // ZeRO 3 with more than one participant: each parameter is current on its owner only. Every
+  // sequence all-gathers the weights for its forward and again for its backward (each layer
+  // waits for its buckets just before it runs), releases the others' weights after each layer's
+  // forward and after the backward (they are overwritten with NaN, the memory a GPU run frees,
+  // so a read before the next gather shows as a non-finite loss), and reduce-scatters its
+  // gradients to the owners: the three passes per sequence the cost model charges.
+  bool weights_sharded() const { return weights_sharded_; }
   // The AdamW moments of every parameter (empty for SGD): sharded, gathered from their owners
   // (collective over the participants); otherwise the optimizer's own tensors.
   void GatherOptimizerState(std::vector<at::Tensor>& exp_avg, std::vector<at::Tensor>& exp_avg_sq);
@@ -140,7 +151,27 @@ class Trainer {
   // 1 / `predictions` (the whole batch's); returns (loss sum, recall loss sum, recall count).
   Result<std::vector<double>> Accumulate(std::span<const Sequence> mine, double predictions,
                                          bool to_owners);
+  // Forward and backward of one sequence; adds its (loss, recall loss, recall count) to `sums`.
+  // `reduce`: the backward may start the gradient sync (GradientSync::Arm).
+  void AccumulateSequence(const Sequence& sequence, double predictions, bool reduce,
+                          bool to_owners, std::vector<double>& sums);
+  // ZeRO 3 with several replicas: every participant joins the weight gathers and gradient
+  // reductions of each sequence of the replica with the most, so a replica with fewer runs the
+  // rest as idle rounds (the gathers, and zero gradients of its own). SyncRounds: the rounds of
+  // a pass over `mine` of this replica's sequences.
+  size_t SyncRounds(size_t mine) const;
+  void IdleSyncRound(bool reduce, bool to_owners);
+  // ZeRO 3 to owners: each sequence's gradients are reduce-scattered after its backward.
+  bool ReducesEverySequence(bool to_owners) const { return weights_sharded_ && to_owners; }
   void ResetGradients();
+  // Waits for the weights of `stage` (LlamaShardModel::set_before_stage) still being gathered.
+  void AwaitStageWeights(int stage);
+  // ZeRO 3: overwrites the weights of `stage` that other participants own with NaN.
+  void ReleaseOthersWeights(int stage);
+  // ZeRO 3, around one sequence's backward: the gather in backward order, then (after it) the
+  // release of every stage.
+  void StartBackwardGather();
+  void FinishBackwardGather();
   PhaseSeconds AttentionPhases() const;
 
   ModelSpec model_;
@@ -157,6 +188,9 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<int> optimizer_owners_;  // per parameter, a participant rank; empty: not sharded
   std::unique_ptr<GradientSync> grad_sync_;
+  bool weights_sharded_ = false;
+  std::vector<std::vector<size_t>> stage_params_;  // per stage + 1: its parameters' indices
+  double pending_sync_seconds_ = 0;                // ZeRO 3: reduce-scatters of earlier sequences
   int64_t step_ = 0;
   uint64_t plan_hash_ = 0;
 };

@@ -119,6 +119,21 @@ def check_zero1(args, tmp, replicas, failures):
     print("zero1: step lines, weights and optimizer state bit-identical to unsharded")
 
 
+def check_zero3(args, tmp, reference_losses, reference_weights, failures):
+    """The replicas plan at ZeRO 3 (weights sharded too: gathered before every layer's forward and
+    backward, gradients reduce-scattered per sequence, rank 3's replica joining the other's extra
+    rounds idle): the reference's losses and saved weights within the tolerances."""
+    plan = json.load(open(os.path.join(args.plans, "replicas2_tiny.json")))
+    plan["zero_stage"] = 3
+    plan_path = os.path.join(tmp, "replicas2_zero3.json")
+    json.dump(plan, open(plan_path, "w"))
+    save = os.path.join(tmp, "zero3")
+    result = train(args, plan_path, 4, ["--save", save])
+    if "ZeRO 3: the optimizer state with the weights is sharded" not in result.stderr:
+        failures.append(f"zero3: no sharding line in:\n{result.stderr}")
+    check_run("zero3", result, reference_losses, reference_weights, save, failures)
+
+
 def check_batch_mismatch(args, failures):
     result = train(args, "replicas2_tiny.json", 4, ["--batch", "2"])
     message = ("--batch = 2 but the plan has batch = 4 (rule: a step trains the plan's batch, "
@@ -151,6 +166,7 @@ def main():
                       os.path.join(tmp, name), failures)
         check_left_out_line(results["left_out"], failures)
         check_zero1(args, tmp, results["replicas"], failures)
+        check_zero3(args, tmp, reference_losses, reference_weights, failures)
     check_batch_mismatch(args, failures)
     for failure in failures:
         print(failure)

@@ -1140,14 +1140,16 @@ double CostModel::ExposedGradSync(const Plan& plan, double window_seconds, doubl
                                   double rounds) const {
   const double bucket = GradSyncBucketSeconds(plan);
   return StageExposedSyncSeconds(bucket, rounds * problem_.model.layers * bucket, window_seconds,
-                                 forward_seconds);
+                                 forward_seconds, rounds);
 }
 
 double CostModel::StageExposedSyncSeconds(double bucket_seconds, double total_seconds,
-                                          double window_seconds, double forward_seconds) const {
-  const double both = ExposedSyncSeconds(bucket_seconds, total_seconds, window_seconds);
+                                          double window_seconds, double forward_seconds,
+                                          double rounds) const {
   const int stage = problem_.workload.zero_stage;
-  if (stage < 1 || stage > 2) return both;
+  if (stage >= 3) return ExposedSyncSeconds(rounds * bucket_seconds, total_seconds, window_seconds);
+  const double both = ExposedSyncSeconds(bucket_seconds, total_seconds, window_seconds);
+  if (stage < 1) return both;
   // One pass of each bucket: the reduce-scatter in the backward, the all-gather in the forward.
   const double half_bucket = bucket_seconds / 2, half_total = total_seconds / 2;
   const double split = ExposedSyncSeconds(half_bucket, half_total, window_seconds) +

@@ -365,9 +365,14 @@ class CostModel {
   // all-gather's over the forward, at least one pass each) and both passes over the backward
   // window. The second term keeps ZeRO 1-2 no slower than ZeRO 0 for any plan, which the
   // configuration search relies on (training_search.h); it is optimistic by the all-gather's
-  // excess over the forward where the forward is the shorter window (docs/cost_model.md).
+  // excess over the forward where the forward is the shorter window (docs/cost_model.md). At
+  // ZeRO 3 each of the `rounds` sequences exposes one bucket (`bucket_seconds`: its three passes):
+  // the first gathered for its forward and for its backward and the last reduce-scattered after
+  // it have nothing of that sequence to hide behind.
   double StageExposedSyncSeconds(double bucket_seconds, double total_seconds, double window_seconds,
-                                 double forward_seconds) const;
+                                 double forward_seconds, double rounds) const;
+  // Sync rounds of an iteration: under ZeRO-3 the sequences of the replica with the most, else 1.
+  double SyncRounds(const Plan& plan) const;
 
   const Problem& problem() const { return problem_; }
   const Cluster& cluster() const { return problem_.cluster; }
@@ -418,8 +423,6 @@ class CostModel {
   PlanCost CombineReplicas(const Plan& plan, const std::vector<PlanCost>& parts,
                            const std::vector<std::vector<int>>& members,
                            const std::vector<int>& source) const;
-  // Sync rounds of an iteration: under ZeRO-3 the sequences of the busiest replica, else 1.
-  double SyncRounds(const Plan& plan) const;
   // The gradient sync not hidden behind `window_seconds` of compute (SyncWindowSeconds) and, at
   // ZeRO 1-2, `forward_seconds` (StageExposedSyncSeconds): all buckets of `rounds` rounds over
   // the plan's participants, at least the last bucket.

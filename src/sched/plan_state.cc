@@ -149,6 +149,7 @@ PlanState::PlanState(const CostModel& model, Layout layout, const Objective* cut
   // The raw gradient-synchronization time, none of it hidden, and its last bucket.
   sync_seconds_ = model_.GradSyncTotalSeconds(plan_);
   sync_bucket_seconds_ = model_.GradSyncBucketSeconds(plan_);
+  sync_rounds_ = model_.SyncRounds(plan_);
   optimizer_seconds_ = model_.OptimizerStepSeconds(plan_);  // the participants' only
   chains_.Build(plan_);
   EvaluateAll();
@@ -195,7 +196,8 @@ double PlanState::IterationOf(const double maxima[], double selective) const {
       model_.SyncWindowSeconds(busy, model_.model().layers * (maxima[2] + maxima[3] + recompute));
   const double forward = model_.model().layers * fwd;
   return busy +
-         model_.StageExposedSyncSeconds(sync_bucket_seconds_, sync_seconds_, window, forward) +
+         model_.StageExposedSyncSeconds(sync_bucket_seconds_, sync_seconds_, window, forward,
+                                        sync_rounds_) +
          optimizer_seconds_;
 }
 

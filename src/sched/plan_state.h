@@ -139,6 +139,7 @@ class PlanState {
   CostModel::ChainIndex chains_;  // of plan_ as it is now
   std::vector<GroupCost> costs_;
   double sync_seconds_ = 0, sync_bucket_seconds_ = 0, optimizer_seconds_ = 0;
+  double sync_rounds_ = 1;  // CostModel::SyncRounds
   double norm_[6] = {1, 1, 1, 1, 1, 1};
   Objective score_;
   double iteration_ = 0;

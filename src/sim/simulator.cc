@@ -275,7 +275,7 @@ double FillIteration(const CostModel& cost, const Plan& plan, const EngineResult
   out.grad_sync_exposed_seconds =
       cost.StageExposedSyncSeconds(out.grad_bucket_seconds, out.grad_sync_total_seconds,
                                    CostModel::ReplicasSyncWindowSeconds(busy, windows),
-                                   CostModel::ReplicasForwardWindowSeconds(forwards));
+                                   CostModel::ReplicasForwardWindowSeconds(forwards), sync_rounds);
   if (participants <= 1) out.grad_sync_exposed_seconds = 0;
   out.optimizer_seconds = cost.OptimizerStepSeconds(plan);
   out.iteration_seconds =

@@ -320,8 +320,8 @@ void Trainer::AccumulateSequence(const Sequence& sequence, double predictions, b
   for (size_t row = 0; row < positions_.size(); ++row) {
     recall_mask[row] = sequence.recall_target[positions_[row]];
   }
-  const at::Tensor mask = at::from_blob(recall_mask.data(), {local_tokens()},
-                                        at::TensorOptions().dtype(at::kDouble));
+  const at::Tensor mask =
+      at::from_blob(recall_mask.data(), {local_tokens()}, at::TensorOptions().dtype(at::kDouble));
   sums[1] += (detached * mask).sum().item<double>();
   sums[2] += mask.sum().item<double>();
 }

@@ -153,8 +153,8 @@ class Trainer {
                                          bool to_owners);
   // Forward and backward of one sequence; adds its (loss, recall loss, recall count) to `sums`.
   // `reduce`: the backward may start the gradient sync (GradientSync::Arm).
-  void AccumulateSequence(const Sequence& sequence, double predictions, bool reduce,
-                          bool to_owners, std::vector<double>& sums);
+  void AccumulateSequence(const Sequence& sequence, double predictions, bool reduce, bool to_owners,
+                          std::vector<double>& sums);
   // ZeRO 3 with several replicas: every participant joins the weight gathers and gradient
   // reductions of each sequence of the replica with the most, so a replica with fewer runs the
   // rest as idle rounds (the gathers, and zero gradients of its own). SyncRounds: the rounds of

@@ -351,9 +351,10 @@ TEST(CostModel, TwoReplicasAndALeftOutRankHandComputed) {
   EXPECT_NEAR(later.grad_sync_seconds / zero1_sync(slow - opening), 1.0, 1e-9);
 }
 
-// The overlap rule per stage, on round figures (bucket 2 s of two passes, 20 s in all): ZeRO 0
-// and 3 hide both passes behind the backward window; ZeRO 1-2 take the lesser of that and each
-// pass behind its own window (the all-gather behind the forward), at least one pass each.
+// The overlap rule per stage, on round figures (bucket 2 s of two passes, 20 s in all, one
+// round): ZeRO 0 and 3 hide both passes behind the backward window; ZeRO 1-2 take the lesser of
+// that and each pass behind its own window (the all-gather behind the forward), at least one pass
+// each.
 TEST(CostModel, StageExposedSyncSplitsZeroOneTwoAcrossTheForward) {
   const Cluster cluster = MakeCluster({Device("Fast", 200, 0.8, 0.5)}, {1}, 1, 10e9);
   for (int stage = 0; stage <= 3; ++stage) {
@@ -364,13 +365,28 @@ TEST(CostModel, StageExposedSyncSplitsZeroOneTwoAcrossTheForward) {
     SCOPED_TRACE("zero " + std::to_string(stage));
     // A short backward window, a long forward: 15 s exposed in the backward alone; split,
     // 10 - 5 = 5 s of reduce-scatter and the all-gather's last pass (1 s).
-    EXPECT_DOUBLE_EQ(cm.StageExposedSyncSeconds(2, 20, 5, 12), split ? 6 : 15);
+    EXPECT_DOUBLE_EQ(cm.StageExposedSyncSeconds(2, 20, 5, 12, 1), split ? 6 : 15);
     // A long backward window, a short forward: both passes fit behind the backward (5 s exposed),
     // split would expose 1 + (10 - 4) = 7 s: the lesser is charged.
-    EXPECT_DOUBLE_EQ(cm.StageExposedSyncSeconds(2, 20, 15, 4), 5);
+    EXPECT_DOUBLE_EQ(cm.StageExposedSyncSeconds(2, 20, 15, 4, 1), 5);
     // Everything hidden: one bucket either way (two passes, or one pass of each).
-    EXPECT_DOUBLE_EQ(cm.StageExposedSyncSeconds(2, 20, 30, 30), 2);
+    EXPECT_DOUBLE_EQ(cm.StageExposedSyncSeconds(2, 20, 30, 30, 1), 2);
   }
+}
+
+// ZeRO 3 syncs every sequence: each of the rounds exposes one bucket (its first all-gathers and
+// its last reduce-scatter), unless the sync exceeds the window by more. Round figures: bucket 3 s
+// of three passes, 4 rounds, 30 s in all.
+TEST(CostModel, StageExposedSyncExposesOneBucketPerSequenceAtZeroThree) {
+  const Cluster cluster = MakeCluster({Device("Fast", 200, 0.8, 0.5)}, {1}, 1, 10e9);
+  Workload w;
+  w.zero_stage = 3;
+  const CostModel cm(cluster, Tiny(), w);
+  EXPECT_DOUBLE_EQ(cm.StageExposedSyncSeconds(3, 30, 100, 40, 4), 12);  // 4 rounds x 3 s
+  EXPECT_DOUBLE_EQ(cm.StageExposedSyncSeconds(3, 30, 10, 40, 4), 20);   // 30 - 10 > 12
+  EXPECT_DOUBLE_EQ(cm.StageExposedSyncSeconds(3, 30, 100, 40, 1), 3);   // one sequence
+  w.zero_stage = 2;  // below ZeRO 3 the rounds are 1 (one sync per iteration)
+  EXPECT_DOUBLE_EQ(CostModel(cluster, Tiny(), w).StageExposedSyncSeconds(3, 30, 100, 100, 1), 3);
 }
 
 // The gradient sync hides behind the last sequence's backward at ZeRO 0-2 (earlier sequences

@@ -234,7 +234,8 @@ TEST(Replicas, ReplicaPlansAgreeWithTheCostModelTermByTerm) {
       EXPECT_NEAR(sim->grad_sync_total_seconds /
                       ((zero_stage >= 3 ? most : 1) * c.model.layers * sim->grad_bucket_seconds),
                   1.0, 1e-12);
-      // ZeRO-3 hides the sync behind the slowest replica's busy time; ZeRO-1 from the moment the
+      // ZeRO-3 hides the sync behind the slowest replica's busy time but one bucket per sequence
+      // of the replica with the most; ZeRO-1 from the moment the
       // last replica starts its last backward (recompute and backward passes of one sequence) to
       // the slowest replica's end, and its all-gather pass behind the shortest forward of one
       // sequence, where that exposes less than both passes in the backward window.
@@ -251,7 +252,8 @@ TEST(Replicas, ReplicaPlansAgreeWithTheCostModelTermByTerm) {
       const double window =
           zero_stage >= 3 ? slowest.busy_seconds : slowest.busy_seconds - last_opening;
       const double bucket = sim->grad_bucket_seconds, total = sim->grad_sync_total_seconds;
-      double exposed = std::max(bucket, total - window);
+      // ZeRO 3: one bucket exposed per sequence of the replica with the most
+      double exposed = std::max(zero_stage >= 3 ? most * bucket : bucket, total - window);
       if (zero_stage < 3)
         exposed = std::min(exposed, std::max(bucket / 2, total / 2 - window) +
                                         std::max(bucket / 2, total / 2 - forward));

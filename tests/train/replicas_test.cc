@@ -161,12 +161,11 @@ TEST(Replicas, InterleavedReplicasAndLeftOutRanksMatchSingleRank) {
 // replica with fewer sequences joins the others' weight gathers and reduce-scatters in idle
 // rounds, so no collective is left unmatched and every gradient is the whole batch's.
 TEST(Replicas, ZeroThreeReplicasWithUnequalSequencesMatchSingleRank) {
-  for (Plan plan :
-       {CombineReplicas({UspPlan(2, 2, kSeq, 8, 2), RingPlan(1, kSeq, 8, 2, false)}, {3, 1}, {},
-                        Identity(5)),
-        CombineReplicas({RingPlan(2, kSeq, 8, 2, true), UlyssesPlan(3, kSeq, 8, 2),
-                         RingPlan(1, kSeq, 8, 2, false)},
-                        {2, 1, 2}, {1, 4}, {0, 3, 1, 5, 2, 4})}) {
+  for (Plan plan : {CombineReplicas({UspPlan(2, 2, kSeq, 8, 2), RingPlan(1, kSeq, 8, 2, false)},
+                                    {3, 1}, {}, Identity(5)),
+                    CombineReplicas({RingPlan(2, kSeq, 8, 2, true), UlyssesPlan(3, kSeq, 8, 2),
+                                     RingPlan(1, kSeq, 8, 2, false)},
+                                    {2, 1, 2}, {1, 4}, {0, 3, 1, 5, 2, 4})}) {
     plan.zero_stage = 3;
     ExpectMatchesSingleRank(plan);
   }

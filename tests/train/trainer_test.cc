@@ -126,12 +126,9 @@ TEST(Trainer, LossFallsOnRecall) {
 
 // Rank 0's losses of `steps` steps and its final weights, with the gradient sync overlapped or
 // blocking; `overlapped` receives the buckets the last step started during backward.
-std::pair<std::vector<double>, std::vector<float>> StepsWithSync(const Plan& plan,
-                                                                 const ModelSpec& model,
-                                                                 bool overlap,
-                                                                 RecomputePolicy recompute,
-                                                                 int steps, int* overlapped,
-                                                                 int batch = 2) {
+std::pair<std::vector<double>, std::vector<float>> StepsWithSync(
+    const Plan& plan, const ModelSpec& model, bool overlap, RecomputePolicy recompute, int steps,
+    int* overlapped, int batch = 2) {
   TrainOptions options = TestOptions(recompute);
   options.overlap_grad_sync = overlap;
   options.batch = batch;
@@ -279,7 +276,8 @@ TEST(Trainer, ZeroThreeGathersWeightsPerPassAndMatchesUnsharded) {
         const auto reference =
             StepsWithSync(unsharded, model, true, recompute, kSteps, &started, batch);
         for (const bool overlap : {true, false}) {
-          const auto ours = StepsWithSync(sharded, model, overlap, recompute, kSteps, &started, batch);
+          const auto ours =
+              StepsWithSync(sharded, model, overlap, recompute, kSteps, &started, batch);
           ASSERT_EQ(ours.first.size(), reference.first.size());
           ASSERT_EQ(ours.second.size(), reference.second.size());
           if (batch == 1) {
@@ -291,8 +289,8 @@ TEST(Trainer, ZeroThreeGathersWeightsPerPassAndMatchesUnsharded) {
             EXPECT_NEAR(ours.first[step], reference.first[step], kTwoSequenceTolerance);
           double worst = 0;
           for (size_t index = 0; index < ours.second.size(); ++index)
-            worst = std::max(worst, std::abs(static_cast<double>(ours.second[index]) -
-                                             reference.second[index]));
+            worst = std::max(
+                worst, std::abs(static_cast<double>(ours.second[index]) - reference.second[index]));
           EXPECT_LT(worst, kTwoSequenceTolerance) << "weights, overlap " << overlap;
         }
       }

@@ -296,12 +296,12 @@ PhaseSeconds Trainer::AttentionPhases() const {
 }
 
 size_t Trainer::SyncRounds(size_t mine) const {
-  if (!weights_sharded_) return mine;
+  if (!weights_sharded_ || num_replicas() == 1) return mine;
   size_t most = mine;
   for (int replica = 0; replica < num_replicas(); ++replica) {
     most = std::max(most, static_cast<size_t>(runtime::ReplicaSequenceBlock(plan_, replica).count));
   }
-  return num_replicas() > 1 ? most : mine;
+  return most;
 }
 
 void Trainer::AccumulateSequence(const Sequence& sequence, double predictions, bool reduce,
@@ -383,11 +383,12 @@ Result<LossReport> Trainer::ReplicaGradients(std::span<const Sequence> mine,
   const double compute_end = Now();
   LossReport report;
   report.phases = AttentionPhases();
-  // The forward's waits for the weights the last step's owners set belong to the sync.
-  const double weight_wait =
+  // The waits for weights from their owners (and at ZeRO 3 the reduce-scatters of earlier
+  // sequences) happened between the compute; they belong to the sync.
+  const double sync_in_compute =
       grad_sync_->TakeWeightWaitSeconds() + std::exchange(pending_sync_seconds_, 0.0);
-  report.phases.linear += compute_end - start - weight_wait;
-  report.phases.grad_sync += weight_wait;
+  report.phases.linear += compute_end - start - sync_in_compute;
+  report.phases.grad_sync += sync_in_compute;
   if (!ReducesEverySequence(to_owners)) report.phases.grad_sync += grad_sync_->Finish();
   participants().AllreduceSum(std::span<double>(*sums));
   report.loss = (*sums)[0] / predictions;

@@ -8,9 +8,10 @@
 // over the participants in buckets (grad_sync.h, by default started from autograd hooks during the
 // last backward pass so that they overlap it) are the whole batch's: every replica weighted by its
 // tokens. They are clipped by the global norm and the optimizer updates the weights (at ZeRO >= 1
-// the gradients are reduce-scattered to their parameters' owners, each participant updates its
-// own parameters, then the weights are all-gathered). Ranks the plan leaves
-// out take part in the start-up checks only.
+// the gradients are reduce-scattered to their parameters' owners and each participant updates its
+// own parameters; at ZeRO 1-2 the weights are then all-gathered behind the next forward, at ZeRO 3
+// every sequence gathers them layer by layer for its forward and its backward and reduce-scatters
+// its own gradients). Ranks the plan leaves out take part in the start-up checks only.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -90,15 +90,21 @@ def check_left_out_line(result, failures):
         failures.append(f"left_out: no left-out line from rank 3 in:\n{result.stderr}")
 
 
+def train_replicas_at_zero(args, tmp, stage):
+    """The replicas plan rewritten at ZeRO `stage`, trained on 4 ranks with --save: the result and
+    the save directory."""
+    plan = json.load(open(os.path.join(args.plans, "replicas2_tiny.json")))
+    plan["zero_stage"] = stage
+    plan_path = os.path.join(tmp, f"replicas2_zero{stage}.json")
+    json.dump(plan, open(plan_path, "w"))
+    save = os.path.join(tmp, f"zero{stage}")
+    return train(args, plan_path, 4, ["--save", save]), save
+
+
 def check_zero1(args, tmp, replicas, failures):
     """The replicas plan at ZeRO 1 (the optimizer state sharded over the 4 participants): every
     step line and the saved weights and optimizer state are the same bits as unsharded."""
-    plan = json.load(open(os.path.join(args.plans, "replicas2_tiny.json")))
-    plan["zero_stage"] = 1
-    plan_path = os.path.join(tmp, "replicas2_zero1.json")
-    json.dump(plan, open(plan_path, "w"))
-    save = os.path.join(tmp, "zero1")
-    result = train(args, plan_path, 4, ["--save", save])
+    result, save = train_replicas_at_zero(args, tmp, 1)
     if result.returncode != 0:
         failures.append(f"zero1: exit {result.returncode}\n{result.stderr}")
         return
@@ -123,12 +129,7 @@ def check_zero3(args, tmp, reference_losses, reference_weights, failures):
     """The replicas plan at ZeRO 3 (weights sharded too: gathered before every layer's forward and
     backward, gradients reduce-scattered per sequence, rank 3's replica joining the other's extra
     rounds idle): the reference's losses and saved weights within the tolerances."""
-    plan = json.load(open(os.path.join(args.plans, "replicas2_tiny.json")))
-    plan["zero_stage"] = 3
-    plan_path = os.path.join(tmp, "replicas2_zero3.json")
-    json.dump(plan, open(plan_path, "w"))
-    save = os.path.join(tmp, "zero3")
-    result = train(args, plan_path, 4, ["--save", save])
+    result, save = train_replicas_at_zero(args, tmp, 3)
     if "ZeRO 3: the optimizer state with the weights is sharded" not in result.stderr:
         failures.append(f"zero3: no sharding line in:\n{result.stderr}")
     check_run("zero3", result, reference_losses, reference_weights, save, failures)

@@ -190,17 +190,19 @@ TEST(Trainer, OverlappedGradientSyncIsBitIdenticalToBlocking) {
   }
 }
 
+// Plans the sharded-step tests run at ZeRO 0 and a sharded stage: Ulysses on 4 ranks, and USP
+// 3 x 2 with one KV head.
+std::vector<std::pair<Plan, ModelSpec>> ShardingCases() {
+  return {{UlyssesPlan(4, 128, 8, 2), TinyLlama()}, {UspPlan(3, 2, 144, 8, 1), TinyLlama(8, 1)}};
+}
+
 // At ZeRO >= 1 a step reduce-scatters the gradients to their parameters' owners and all-gathers
 // the weights after the update, waited for by the next forward: the same sums, so the same bits
 // as unsharded, overlapped or not; after a step each rank holds the gradients of its own
 // parameters only.
 TEST(Trainer, ShardedStepsReduceScatterToOwnersBitIdenticallyToUnsharded) {
   constexpr int kSteps = 3;
-  const std::pair<Plan, ModelSpec> cases[] = {
-      {UlyssesPlan(4, 128, 8, 2), TinyLlama()},
-      {UspPlan(3, 2, 144, 8, 1), TinyLlama(8, 1)},
-  };
-  for (const auto& [plan, model] : cases) {
+  for (const auto& [plan, model] : ShardingCases()) {
     Plan unsharded = plan, sharded = plan;
     unsharded.zero_stage = 0;
     sharded.zero_stage = 2;
@@ -261,11 +263,7 @@ TEST(Trainer, ShardedStepsReduceScatterToOwnersBitIdenticallyToUnsharded) {
 TEST(Trainer, ZeroThreeGathersWeightsPerPassAndMatchesUnsharded) {
   constexpr int kSteps = 3;
   constexpr double kTwoSequenceTolerance = 1e-5;
-  const std::pair<Plan, ModelSpec> cases[] = {
-      {UlyssesPlan(4, 128, 8, 2), TinyLlama()},
-      {UspPlan(3, 2, 144, 8, 1), TinyLlama(8, 1)},
-  };
-  for (const auto& [plan, model] : cases) {
+  for (const auto& [plan, model] : ShardingCases()) {
     Plan unsharded = plan, sharded = plan;
     unsharded.zero_stage = 0;
     sharded.zero_stage = 3;

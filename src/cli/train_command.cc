@@ -310,7 +310,9 @@ int TrainOnThisRank(std::unique_ptr<runtime::Comm>& world, const TrainFlags& fla
                  (*trainer)->weights_sharded()
                      ? " once per sequence, and gathers every layer's weights before its "
                        "forward and before its backward"
-                     : "");
+                 : (*trainer)->grads_sharded() ? " once per sequence, keeping only its own"
+                                                 " parameters' gradients"
+                                               : " once per step");
   }
   return TrainSteps(**trainer, flags, watchdog);
 }

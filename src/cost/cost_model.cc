@@ -304,22 +304,35 @@ double CostModel::GradSyncPassSeconds(const std::vector<int>& node_ranks) const 
 }
 
 double CostModel::GradSyncTotalSeconds() const {
-  // ZeRO-3 gathers and reduce-scatters every sequence of the batch; lower stages accumulate
-  // gradients locally and synchronise once per iteration.
-  const double rounds = problem_.workload.zero_stage >= 3 ? problem_.workload.batch : 1.0;
-  return rounds * problem_.model.layers * GradSyncPasses() * GradSyncPassSeconds();
+  return SyncTotalSeconds(GradSyncPasses() * GradSyncPassSeconds(),
+                          SyncRoundsOf(problem_.workload.batch));
+}
+
+bool CostModel::SyncsEverySequence() const { return problem_.workload.zero_stage >= 2; }
+
+double CostModel::SyncRoundsOf(int most_sequences) const {
+  return SyncsEverySequence() ? most_sequences : 1.0;
+}
+
+double CostModel::SyncBuckets(double rounds) const {
+  if (problem_.workload.zero_stage >= 3) return rounds;
+  if (problem_.workload.zero_stage == 2) return (rounds + 1) / 2;  // a pass is half a bucket
+  return 1;
+}
+
+double CostModel::SyncTotalSeconds(double bucket_seconds, double rounds) const {
+  return SyncBuckets(rounds) * problem_.model.layers * bucket_seconds;
 }
 
 double CostModel::SyncRounds(const Plan& plan) const {
-  if (problem_.workload.zero_stage < 3) return 1.0;
   int busiest = 0;
   for (int replica = 0; replica < NumReplicas(plan); ++replica)
     busiest = std::max(busiest, ReplicaSequences(plan, replica));
-  return busiest;
+  return SyncRoundsOf(busiest);
 }
 
 double CostModel::GradSyncTotalSeconds(const Plan& plan) const {
-  return SyncRounds(plan) * problem_.model.layers * GradSyncBucketSeconds(plan);
+  return SyncTotalSeconds(GradSyncBucketSeconds(plan), SyncRounds(plan));
 }
 
 MemoryBreakdown CostModel::ModelStateMemory() const {
@@ -1095,7 +1108,7 @@ PlanCost CostModel::Combine(const Plan& plan, const std::vector<GroupCost>& grou
   // and HP), overlapped with the compute of its window except for the last bucket.
   const double busy =
       cost.local_seconds + cost.ring_seconds + cost.recompute_seconds + cost.head_seconds;
-  const double rounds = problem_.workload.zero_stage >= 3 ? problem_.workload.batch : 1.0;
+  const double rounds = SyncRoundsOf(problem_.workload.batch);
   cost.sync_window_seconds =
       SyncWindowSeconds(busy, problem_.model.layers * (local_bwd + ring_bwd + recompute));
   cost.forward_window_seconds = problem_.model.layers * fwd;
@@ -1139,7 +1152,7 @@ double CostModel::OptimizerStepSeconds(const Plan& plan) const {
 double CostModel::ExposedGradSync(const Plan& plan, double window_seconds, double forward_seconds,
                                   double rounds) const {
   const double bucket = GradSyncBucketSeconds(plan);
-  return StageExposedSyncSeconds(bucket, rounds * problem_.model.layers * bucket, window_seconds,
+  return StageExposedSyncSeconds(bucket, SyncTotalSeconds(bucket, rounds), window_seconds,
                                  forward_seconds, rounds);
 }
 
@@ -1148,13 +1161,17 @@ double CostModel::StageExposedSyncSeconds(double bucket_seconds, double total_se
                                           double rounds) const {
   const int stage = problem_.workload.zero_stage;
   if (stage >= 3) return ExposedSyncSeconds(rounds * bucket_seconds, total_seconds, window_seconds);
-  const double both = ExposedSyncSeconds(bucket_seconds, total_seconds, window_seconds);
+  const double round_total =
+      total_seconds / SyncBuckets(rounds);  // one bucket's passes, all layers
+  const double both = ExposedSyncSeconds(bucket_seconds, round_total, window_seconds);
   if (stage < 1) return both;
   // One pass of each bucket: the reduce-scatter in the backward, the all-gather in the forward.
-  const double half_bucket = bucket_seconds / 2, half_total = total_seconds / 2;
-  const double split = ExposedSyncSeconds(half_bucket, half_total, window_seconds) +
-                       ExposedSyncSeconds(half_bucket, half_total, forward_seconds);
-  return std::min(both, split);
+  const double half_bucket = bucket_seconds / 2, half_total = round_total / 2;
+  const double reduce_scatter = ExposedSyncSeconds(half_bucket, half_total, window_seconds);
+  const double split =
+      reduce_scatter + ExposedSyncSeconds(half_bucket, half_total, forward_seconds);
+  // ZeRO 2: every sequence before the last reduce-scatters its gradients behind its backward.
+  return std::min(both, split) + (rounds - 1) * reduce_scatter;
 }
 
 double CostModel::ReplicasForwardWindowSeconds(const std::vector<double>& forward_seconds) {

@@ -322,7 +322,7 @@ class CostModel {
   // bucket / (N g_i) share to GPU j mod g_{i+1} of the next node); an all-gather is the same two
   // phases reversed, so it takes as long. Phases are separated by barriers. Under ZeRO-3 a bucket
   // makes three passes per sequence (all-gather forward, all-gather backward, reduce-scatter),
-  // else two (an all-reduce) per iteration.
+  // else two (a reduce-scatter and an all-gather; how often: SyncBuckets).
   // Only the participating ranks take part: `node_ranks[i]` of node i (NodeParticipants), nodes
   // with none skipped; the default is every rank.
   double GradBucketBytes() const;
@@ -331,9 +331,22 @@ class CostModel {
   double GradSyncPassSeconds() const;  // one pass of one bucket: slowest node's A + B
   double GradSyncPassSeconds(const std::vector<int>& node_ranks) const;
   double GradSyncTotalSeconds() const;  // every bucket of an iteration, not overlapped
-  // The sync of a plan: `rounds` (ZeRO-3: sequences of the busiest replica; else 1) x layers x
-  // passes x pass seconds over its participants.
+  // The sync of a plan: SyncTotalSeconds of its bucket over its participants and its rounds.
   double GradSyncTotalSeconds(const Plan& plan) const;
+  // Whether each sequence syncs on its own (ZeRO >= 2): its gradients are reduce-scattered after
+  // its backward (each owner accumulates them), as DeepSpeed's stage 2 keeps only a shard of the
+  // gradients; ZeRO 3 also gathers its weights for its forward and for its backward. Every
+  // participant takes part in every round, so the replica with the most sequences sets the rounds.
+  // Lower stages accumulate whole gradients and sync once per iteration.
+  bool SyncsEverySequence() const;
+  // The sync rounds of an iteration whose busiest replica takes `most_sequences`.
+  double SyncRoundsOf(int most_sequences) const;
+  // The buckets' passes of `rounds` rounds, in whole buckets (GradSyncPasses passes each): ZeRO 3
+  // all three passes per round; ZeRO 2 a reduce-scatter per round and one all-gather after the
+  // optimizer step ((rounds + 1) / 2); lower stages one all-reduce.
+  double SyncBuckets(double rounds) const;
+  // Every bucket's passes over all layers for `rounds` rounds, none hidden, given one bucket's.
+  double SyncTotalSeconds(double bucket_seconds, double rounds) const;
   // One bucket's passes over the plan's participants (the part of the sync never hidden).
   double GradSyncBucketSeconds(const Plan& plan) const;
   // The overlap rule of the sync (the cost model, the scheduler's incremental score and the
@@ -368,10 +381,12 @@ class CostModel {
   // excess over the forward where the forward is the shorter window (docs/cost_model.md). At
   // ZeRO 3 each of the `rounds` sequences exposes one bucket (`bucket_seconds`: its three passes):
   // the first gathered for its forward and for its backward and the last reduce-scattered after
-  // it have nothing of that sequence to hide behind.
+  // it have nothing of that sequence to hide behind. At ZeRO 2 each sequence before the last adds
+  // its reduce-scatter's exposure over the backward window (at least one pass of one bucket).
+  // `total_seconds`: SyncTotalSeconds of `bucket_seconds` and `rounds`.
   double StageExposedSyncSeconds(double bucket_seconds, double total_seconds, double window_seconds,
                                  double forward_seconds, double rounds) const;
-  // Sync rounds of an iteration: under ZeRO-3 the sequences of the replica with the most, else 1.
+  // Sync rounds of a plan's iteration: SyncRoundsOf its busiest replica's sequences.
   double SyncRounds(const Plan& plan) const;
 
   const Problem& problem() const { return problem_; }

@@ -8,7 +8,7 @@
 //    not depend on b (sequences run one after another); the rest of the plan reaches it only
 //    through the number of participants ZeRO shards over (ReplicaCostModel);
 //  - the iteration is the slowest replica's busy time X plus the exposed gradient sync, which
-//    depends on the participants, X, (ZeRO-3) the sequences M of the busiest replica and (ZeRO
+//    depends on the participants, X, (ZeRO >= 2) the sequences M of the busiest replica and (ZeRO
 //    0-2) when the last replica starts its last backward (ReplicasSyncWindowSeconds) and (ZeRO
 //    1-2) the shortest forward (ReplicasForwardWindowSeconds); the
 //    iteration never falls when X or M grows; the optimizer step after it depends on the
@@ -18,7 +18,7 @@
 //    could expose less of it, and is not looked for.
 // So each replica's layout minimises its one-sequence busy time, and for each bound M on a
 // replica's sequences the capped min-max split (MinMaxBatchSplit) minimises X: every M is tried
-// under ZeRO-3 (CandidateBatchSplits), only M = batch otherwise. tests/sched/exact_search_test.cc
+// at ZeRO >= 2 (CandidateBatchSplits), only M = batch otherwise. tests/sched/exact_search_test.cc
 // checks the result against a brute force over the joint space (every left-out set, replica
 // partition, batch split and every replica's domain points together, scored as whole plans).
 //
@@ -124,8 +124,8 @@ void ScoreShape(const CostModel& world, Shape& shape, const std::string& config)
   for (const ReplicaOptimum* optimum : shape.optima)
     per_sequence.push_back(BusySeconds(optimum->cost));
   bool have = false;
-  for (const std::vector<int>& split : CandidateBatchSplits(
-           batch, per_sequence, per_sequence, world.workload().zero_stage >= 3, true)) {
+  for (const std::vector<int>& split :
+       CandidateBatchSplits(batch, per_sequence, per_sequence, world.SyncsEverySequence(), true)) {
     StrategyResult result = ScoreSplit(world, shape, split, config);
     if (!have || Better(result, shape.result)) shape.result = std::move(result);
     have = true;

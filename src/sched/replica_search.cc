@@ -175,9 +175,9 @@ std::optional<StrategyResult> EvaluateCandidate(const CostModel& world,
     return std::nullopt;
   }
   std::optional<StrategyResult> best;
-  for (const std::vector<int>& split : CandidateBatchSplits(
-           world.workload().batch, first, per_sequence, world.workload().zero_stage >= 3,
-           world.cluster().num_ranks() <= kRefineAllUpTo)) {
+  for (const std::vector<int>& split :
+       CandidateBatchSplits(world.workload().batch, first, per_sequence, world.SyncsEverySequence(),
+                            world.cluster().num_ranks() <= kRefineAllUpTo)) {
     std::vector<ReplicaPart> parts;
     for (size_t replica = 0; replica < subs.size(); ++replica)
       parts.push_back({&subs[replica], timings[replica]->result.plan, split[replica]});
@@ -238,11 +238,11 @@ std::vector<int> MinMaxBatchSplit(int batch, const std::vector<double>& first_se
 
 std::vector<std::vector<int>> CandidateBatchSplits(
     int batch, const std::vector<double>& first_sequence_seconds,
-    const std::vector<double>& per_sequence_seconds, bool zero3, bool every_cap) {
+    const std::vector<double>& per_sequence_seconds, bool rounds_per_sequence, bool every_cap) {
   const int replicas = static_cast<int>(first_sequence_seconds.size());
   std::vector<std::vector<int>> splits = {
       MinMaxBatchSplit(batch, first_sequence_seconds, per_sequence_seconds)};
-  if (!zero3) return splits;
+  if (!rounds_per_sequence) return splits;
   const int even = (batch + replicas - 1) / replicas;
   const int widest = every_cap ? batch - replicas : even;
   for (int cap = even; cap <= widest; ++cap) {

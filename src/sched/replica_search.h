@@ -35,18 +35,18 @@ std::vector<ReplicaPartition> ReplicaCandidates(const Cluster& cluster, int batc
 
 // The batch split minimising the slowest replica, replica r taking t0[r] + (k - 1) * slope[r] for
 // 1 <= k <= cap sequences. REQUIRES: 1 <= replicas <= batch <= replicas x cap, slopes > 0.
-// Under ZeRO-3 the sync rounds are the busiest replica's sequences, so a lower cap (a more even
+// At ZeRO >= 2 the sync rounds are the busiest replica's sequences, so a lower cap (a more even
 // split) can give a shorter iteration: CandidateBatchSplits.
 std::vector<int> MinMaxBatchSplit(int batch, const std::vector<double>& first_sequence_seconds,
                                   const std::vector<double>& per_sequence_seconds,
                                   int cap = std::numeric_limits<int>::max());
-// The splits worth scoring: the min-max split, and under ZeRO-3 (`zero3`) also the min-max split
-// at every cap from the most even one up (`every_cap`), or at the most even cap only. With
-// every_cap, one of them is the best split of the iteration, for replicas whose busy time is
+// The splits worth scoring: the min-max split, and at ZeRO >= 2 (`rounds_per_sequence`) also the
+// min-max split at every cap from the most even one up (`every_cap`), or at the most even cap only.
+// With every_cap, one of them is the best split of the iteration, for replicas whose busy time is
 // linear in their sequences (exact_training.cc). Distinct splits, in a fixed order.
 std::vector<std::vector<int>> CandidateBatchSplits(
     int batch, const std::vector<double>& first_sequence_seconds,
-    const std::vector<double>& per_sequence_seconds, bool zero3, bool every_cap);
+    const std::vector<double>& per_sequence_seconds, bool rounds_per_sequence, bool every_cap);
 
 // One scored replica plan: the result of the replica search (strategy "hexiseq").
 struct ReplicaOutcome {

@@ -210,7 +210,11 @@ std::vector<TrainingOption> OptionRows(const StrategyResult& chosen,
 std::vector<TrainingConfig> TrainingConfigs(const Workload& workload,
                                             const ScheduleOptions& options) {
   std::vector<int> stages = {workload.zero_stage};
-  if (options.zero_auto) stages = {kLeastMemoryAllReduceStage, kShardedWeightsStage};
+  // With one sequence per iteration ZeRO 2 takes ZeRO 1's time for any plan, with less memory.
+  if (options.zero_auto && workload.batch > 1)
+    stages = {kWholeGradientsStage, kLeastMemoryAllReduceStage, kShardedWeightsStage};
+  else if (options.zero_auto)
+    stages = {kLeastMemoryAllReduceStage, kShardedWeightsStage};
   std::vector<Recompute> policies = {workload.recompute};
   if (options.recompute_auto)
     policies = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};

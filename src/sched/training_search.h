@@ -1,10 +1,12 @@
 // `--zero auto` and `--recompute auto`: the planner tries the ZeRO stages and recompute policies
-// the options leave open and keeps the fastest feasible plan. ZeRO 0 and 1 are not tried: the
-// cost model charges stages 1 and 2 the same time for any plan (a reduce-scatter and an
-// all-gather per iteration, the optimizer step over sharded state), stage 0 no less (its
-// all-reduce behind the backward window alone: CostModel::StageExposedSyncSeconds) plus the
-// unsharded step's extra, and stage 2 the least memory of the three, so stage 2 is never worse
-// (tested in TrainingSearch.ZeroStagesBelowThreeCostNoLessThanStageTwo). Cheap strategies (the
+// the options leave open and keeps the fastest feasible plan. ZeRO 0 is not tried: the cost
+// model charges it no less time than stage 1 for any plan (its all-reduce behind the backward
+// window alone: CostModel::StageExposedSyncSeconds, plus the unsharded optimizer step) and more
+// memory (TrainingSearch.ZeroStageZeroCostsNoLessThanStageOne). Stages 1 and 2 differ where a
+// replica takes several sequences: stage 1 keeps whole gradients and syncs once, stage 2 keeps a
+// shard and reduce-scatters every sequence's (CostModel::SyncsEverySequence): less memory, more
+// sync. With one sequence per replica they take the same time, so with a batch of one stage 1
+// is not tried. Cheap strategies (the
 // baselines) are run at every configuration. The searches (hexiseq, exact), when more than two
 // configurations are open, are run at the first (the lowest stage without recompute: every plan is
 // fastest there), then at the best other configuration by its best baseline; a configuration whose
@@ -26,7 +28,9 @@
 
 namespace hexiseq {
 
-// The stages `--zero auto` tries: the all-reduce stage with the least memory, and ZeRO-3.
+// The stages `--zero auto` tries: whole gradients synced once per iteration, gradients sharded
+// (synced per sequence), and weights sharded too (ZeRO-3).
+inline constexpr int kWholeGradientsStage = 1;
 inline constexpr int kLeastMemoryAllReduceStage = 2;
 inline constexpr int kShardedWeightsStage = 3;
 
@@ -36,7 +40,8 @@ struct TrainingConfig {
 };
 
 // The configurations the options leave open (a fixed setting is the workload's), in a fixed
-// order: the least memory first (ZeRO 3 before 2, 1, 0; full recompute before selective, none).
+// order: the least work first (ZeRO 1 before 2, 3; each with no recompute, selective, full;
+// stage 1 only with a batch above one).
 std::vector<TrainingConfig> TrainingConfigs(const Workload& workload,
                                             const ScheduleOptions& options);
 // `problem` with the workload's ZeRO stage and recompute policy replaced.

@@ -249,11 +249,10 @@ LayersPhase SimulateLayers(const Plan& plan, const CostModel& cost, const SimOpt
 }
 
 // The iteration from the slowest replica's busy time and the gradient sync: one simulated pass
-// of one bucket, GradSyncPasses() of them per bucket (all-gathers mirror it); ZeRO-3 gathers
-// weights and reduce-scatters gradients for every sequence (every participant takes part in each
-// round, so the replica with the most sequences sets the rounds); lower stages accumulate locally
-// and synchronise once per iteration (as the cost model); the sync hides in the replicas' joint
-// window (CostModel::ReplicasSyncWindowSeconds). The optimizer step follows (the cost model's
+// of one bucket, GradSyncPasses() of them per bucket (all-gathers mirror it); the rounds and
+// passes of an iteration are the cost model's (CostModel::SyncRoundsOf, SyncTotalSeconds: at
+// ZeRO >= 2 one round per sequence of the replica with the most); the sync hides in the replicas'
+// joint window (CostModel::ReplicasSyncWindowSeconds). The optimizer step follows (the cost model's
 // CostModel::OptimizerStepSeconds: no message, one memory-bound pass). Returns the sync rounds.
 double FillIteration(const CostModel& cost, const Plan& plan, const EngineResult& sync_run,
                      size_t participants, SimResult& out) {
@@ -270,8 +269,8 @@ double FillIteration(const CostModel& cost, const Plan& plan, const EngineResult
     windows.push_back(cost.SyncWindowSeconds(replica.busy_seconds, replica.backward_seconds));
     forwards.push_back(replica.forward_seconds);
   }
-  const double sync_rounds = cost.workload().zero_stage >= 3 ? most_sequences : 1.0;
-  out.grad_sync_total_seconds = sync_rounds * cost.model().layers * out.grad_bucket_seconds;
+  const double sync_rounds = cost.SyncRoundsOf(most_sequences);
+  out.grad_sync_total_seconds = cost.SyncTotalSeconds(out.grad_bucket_seconds, sync_rounds);
   out.grad_sync_exposed_seconds =
       cost.StageExposedSyncSeconds(out.grad_bucket_seconds, out.grad_sync_total_seconds,
                                    CostModel::ReplicasSyncWindowSeconds(busy, windows),
@@ -289,7 +288,8 @@ double FillIteration(const CostModel& cost, const Plan& plan, const EngineResult
 void FillRanks(const CostModel& cost, const Plan& plan, const LayersPhase& layers,
                const EngineResult& sync_run, double sync_rounds, SimResult& out) {
   const Cluster& cluster = cost.cluster();
-  const double sync_layers = sync_rounds * cost.model().layers * cost.GradSyncPasses();
+  const double sync_passes =  // of one bucket, each taking a rank sync_run's comm time
+      cost.SyncBuckets(sync_rounds) * cost.model().layers * cost.GradSyncPasses();
   for (int rank = 0; rank < cluster.num_ranks(); ++rank) {
     SimRank row;
     row.rank = rank;
@@ -303,7 +303,7 @@ void FillRanks(const CostModel& cost, const Plan& plan, const LayersPhase& layer
       row.busy_seconds = sequences * (layer_stats.busy_seconds + layers.head_seconds[rank]) +
                          cost.OptimizerStepSeconds(plan, rank);
       row.idle_seconds = std::max(0.0, out.iteration_seconds - row.busy_seconds);
-      const double sync_comm = sync_layers * Seconds(sync_run.ranks[rank].comm_ns);
+      const double sync_comm = sync_passes * Seconds(sync_run.ranks[rank].comm_ns);
       row.comm_seconds = sequences * layer_stats.comm_seconds + sync_comm;
       row.exposed_comm_seconds = sequences * layer_stats.comm_exposed_seconds +
                                  std::min(out.grad_sync_exposed_seconds, sync_comm);

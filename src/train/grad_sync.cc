@@ -243,6 +243,7 @@ void GradientSync::DrivePending() {
 
 double GradientSync::Finish() {
   const double start = Now();
+  ++passes_;
   armed_ = false;
   started_in_backward_ = static_cast<int>(next_bucket_);
   while (next_bucket_ < buckets_.size()) StartBucket(buckets_[next_bucket_++]);

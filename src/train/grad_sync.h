@@ -64,6 +64,8 @@ class GradientSync {
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
   // Buckets the last Finish found already started by the backward pass.
   int buckets_started_in_backward() const { return started_in_backward_; }
+  // Passes (Finish calls) since construction: reductions of the gradients.
+  int64_t passes() const { return passes_; }
 
  private:
   struct Bucket {
@@ -100,6 +102,7 @@ class GradientSync {
   size_t next_bucket_ = 0;            // the first bucket not started
   bool armed_ = false;
   int started_in_backward_ = 0;
+  int64_t passes_ = 0;
   double weight_wait_seconds_ = 0;
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the hooks alive
 };

@@ -214,6 +214,7 @@ Result<void> Trainer::CreateReplicaState() {
           : static_cast<int64_t>(model_.GradBucketParams()) * static_cast<int64_t>(sizeof(float));
   grad_sync_ = std::make_unique<GradientSync>(params_, bucket_bytes, options_.overlap_grad_sync,
                                               *comms_.participants, optimizer_owners_);
+  grads_sharded_ = plan_.zero_stage >= 2 && optimizer_sharded();
   weights_sharded_ = plan_.zero_stage >= 3 && optimizer_sharded();
   if (optimizer_sharded()) {  // a stage's weights may still be on their way from their owners
     shard_model_->set_before_stage([this](int stage) {
@@ -296,7 +297,7 @@ PhaseSeconds Trainer::AttentionPhases() const {
 }
 
 size_t Trainer::SyncRounds(size_t mine) const {
-  if (!weights_sharded_ || num_replicas() == 1) return mine;
+  if (!grads_sharded_ || num_replicas() == 1) return mine;
   size_t most = mine;
   for (int replica = 0; replica < num_replicas(); ++replica) {
     most = std::max(most, static_cast<size_t>(runtime::ReplicaSequenceBlock(plan_, replica).count));
@@ -327,11 +328,15 @@ void Trainer::AccumulateSequence(const Sequence& sequence, double predictions, b
 }
 
 void Trainer::IdleSyncRound(bool reduce, bool to_owners) {
-  grad_sync_->StartWeightGather();
-  grad_sync_->AwaitAllWeights();
+  if (weights_sharded_) {
+    grad_sync_->StartWeightGather();
+    grad_sync_->AwaitAllWeights();
+  }
   if (reduce) grad_sync_->Arm(to_owners);
-  StartBackwardGather();
-  FinishBackwardGather();
+  if (weights_sharded_) {
+    StartBackwardGather();
+    FinishBackwardGather();
+  }
 }
 
 Result<std::vector<double>> Trainer::Accumulate(std::span<const Sequence> mine, double predictions,
@@ -340,8 +345,8 @@ Result<std::vector<double>> Trainer::Accumulate(std::span<const Sequence> mine, 
   const size_t rounds = SyncRounds(mine.size());
   try {
     for (size_t index = 0; index < rounds; ++index) {
-      // The last backward completes the gradients: it may start their all-reduces. ZeRO 3
-      // reduce-scatters every sequence's (each owner's sum accumulates them).
+      // The last backward completes the gradients: it may start their all-reduces. ZeRO 2-3
+      // reduce-scatter every sequence's (each owner's sum accumulates them).
       const bool reduce = index + 1 == rounds || ReducesEverySequence(to_owners);
       if (index < mine.size()) {
         AccumulateSequence(mine[index], predictions, reduce, to_owners, sums);
@@ -383,7 +388,7 @@ Result<LossReport> Trainer::ReplicaGradients(std::span<const Sequence> mine,
   const double compute_end = Now();
   LossReport report;
   report.phases = AttentionPhases();
-  // The waits for weights from their owners (and at ZeRO 3 the reduce-scatters of earlier
+  // The waits for weights from their owners (and at ZeRO 2-3 the reduce-scatters of earlier
   // sequences) happened between the compute; they belong to the sync.
   const double sync_in_compute =
       grad_sync_->TakeWeightWaitSeconds() + std::exchange(pending_sync_seconds_, 0.0);

@@ -122,9 +122,13 @@ class Trainer {
   // a step reduce-scatters the gradients to their parameters' owners (OptimizerShardOwners), each
   // participant clips (the global norm from every owner's squares), keeps the moments of and
   // updates its parameters, then starts the all-gather of the weights, which the next forward
-  // waits for layer by layer (GradientSync::StartWeightGather). ZeRO 1 and 2 differ in gradient
-  // memory only, which `train` does not shard.
+  // waits for layer by layer (GradientSync::StartWeightGather).
   bool optimizer_sharded() const { return !optimizer_owners_.empty(); }
+  // ZeRO 2-3 with more than one participant: every sequence's gradients are reduce-scattered to
+  // the owners after its backward, each owner accumulating them, so a rank keeps only its own
+  // parameters' gradients between sequences (the memory a GPU run frees; libtorch here holds
+  // every gradient during a backward). ZeRO 1 accumulates whole gradients and reduce-scatters once.
+  bool grads_sharded() const { return grads_sharded_; }
   // ZeRO 3 with more than one participant: each parameter is current on its owner only. Every
   // sequence all-gathers the weights for its forward and again for its backward (each layer
   // waits for its buckets just before it runs), releases the others' weights after each layer's
@@ -156,14 +160,14 @@ class Trainer {
   // `reduce`: the backward may start the gradient sync (GradientSync::Arm).
   void AccumulateSequence(const Sequence& sequence, double predictions, bool reduce, bool to_owners,
                           std::vector<double>& sums);
-  // ZeRO 3 with several replicas: every participant joins the weight gathers and gradient
-  // reductions of each sequence of the replica with the most, so a replica with fewer runs the
-  // rest as idle rounds (the gathers, and zero gradients of its own). SyncRounds: the rounds of
-  // a pass over `mine` of this replica's sequences.
+  // ZeRO 2-3 with several replicas: every participant joins the gradient reductions (and at
+  // ZeRO 3 the weight gathers) of each sequence of the replica with the most, so a replica with
+  // fewer runs the rest as idle rounds (zero gradients of its own). SyncRounds: the rounds of a
+  // pass over `mine` of this replica's sequences.
   size_t SyncRounds(size_t mine) const;
   void IdleSyncRound(bool reduce, bool to_owners);
-  // ZeRO 3 to owners: each sequence's gradients are reduce-scattered after its backward.
-  bool ReducesEverySequence(bool to_owners) const { return weights_sharded_ && to_owners; }
+  // ZeRO 2-3 to owners: each sequence's gradients are reduce-scattered after its backward.
+  bool ReducesEverySequence(bool to_owners) const { return grads_sharded_ && to_owners; }
   void ResetGradients();
   // Waits for the weights of `stage` (LlamaShardModel::set_before_stage) still being gathered.
   void AwaitStageWeights(int stage);
@@ -189,9 +193,10 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::vector<int> optimizer_owners_;  // per parameter, a participant rank; empty: not sharded
   std::unique_ptr<GradientSync> grad_sync_;
+  bool grads_sharded_ = false;
   bool weights_sharded_ = false;
   std::vector<std::vector<size_t>> stage_params_;  // per stage + 1: its parameters' indices
-  double pending_sync_seconds_ = 0;                // ZeRO 3: reduce-scatters of earlier sequences
+  double pending_sync_seconds_ = 0;                // ZeRO 2-3: reduce-scatters of earlier sequences
   int64_t step_ = 0;
   uint64_t plan_hash_ = 0;
 };

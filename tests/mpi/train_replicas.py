@@ -125,14 +125,19 @@ def check_zero1(args, tmp, replicas, failures):
     print("zero1: step lines, weights and optimizer state bit-identical to unsharded")
 
 
-def check_zero3(args, tmp, reference_losses, reference_weights, failures):
-    """The replicas plan at ZeRO 3 (weights sharded too: gathered before every layer's forward and
-    backward, gradients reduce-scattered per sequence, rank 3's replica joining the other's extra
-    rounds idle): the reference's losses and saved weights within the tolerances."""
-    result, save = train_replicas_at_zero(args, tmp, 3)
-    if "ZeRO 3: the optimizer state with the weights is sharded" not in result.stderr:
-        failures.append(f"zero3: no sharding line in:\n{result.stderr}")
-    check_run("zero3", result, reference_losses, reference_weights, save, failures)
+def check_per_sequence_stages(args, tmp, reference_losses, reference_weights, failures):
+    """The replicas plan at ZeRO 2 (gradients reduce-scattered per sequence) and 3 (weights sharded
+    too: gathered before every layer's forward and backward), rank 3's replica joining the other's
+    extra rounds idle: the reference's losses and saved weights within the tolerances."""
+    lines = {2: "ZeRO 2: the optimizer state is sharded over the 4 participants by whole "
+                "parameters; each receives its parameters' gradient sums (reduce-scatter) once "
+                "per sequence",
+             3: "ZeRO 3: the optimizer state with the weights is sharded"}
+    for stage, line in lines.items():
+        result, save = train_replicas_at_zero(args, tmp, stage)
+        if line not in result.stderr:
+            failures.append(f"zero{stage}: no sharding line in:\n{result.stderr}")
+        check_run(f"zero{stage}", result, reference_losses, reference_weights, save, failures)
 
 
 def check_batch_mismatch(args, failures):
@@ -167,7 +172,7 @@ def main():
                       os.path.join(tmp, name), failures)
         check_left_out_line(results["left_out"], failures)
         check_zero1(args, tmp, results["replicas"], failures)
-        check_zero3(args, tmp, reference_losses, reference_weights, failures)
+        check_per_sequence_stages(args, tmp, reference_losses, reference_weights, failures)
     check_batch_mismatch(args, failures)
     for failure in failures:
         print(failure)

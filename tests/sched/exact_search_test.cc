@@ -699,14 +699,20 @@ TEST(Determinism, ScheduleGivesByteIdenticalPlans) {
 // feasible shape was). 610 (an H100, an A800 and an L40S, gpt-7b at 16K, batch 4, ZeRO-2,
 // selective): a layout whose forward hides more of the exposed weight all-gather, which a
 // replica laid out by busy time misses (6.6% before one-replica plans were descended whole).
-// The cases are the bench's draws (sched_test::DrawSmallCase), replayed.
+// The cases are the bench's draws (sched_test::DrawSmallCase), replayed. Since ZeRO 2 charges a
+// reduce-scatter per sequence, in case 610 the two searches stop at neighbouring 1-token optima
+// 0.008% apart, the scheduler the faster (4 tokens moved; docs/performance.md, "Optimality"), as
+// in the other off-grid cases; without the whole-plan descent the gap is 2.2% (1.3% and 1.9% at
+// batch 2 and 3). So 610 is held to kNeighbourOptima, 450 to rounding.
 TEST(ExactSearch, ExactSearchIsNoSlowerThanTheSchedulerOnBenchCases450And610) {
+  constexpr double kRounding = 1e-6, kNeighbourOptima = 1e-3;
   struct Settings {
     int batch, zero_stage;
     Recompute recompute;
+    double tolerance;
   };
-  const std::pair<int, Settings> cases[] = {{450, {2, 3, Recompute::kFull}},
-                                            {610, {4, 2, Recompute::kSelective}}};
+  const std::pair<int, Settings> cases[] = {{450, {2, 3, Recompute::kFull, kRounding}},
+                                            {610, {4, 2, Recompute::kSelective, kNeighbourOptima}}};
   std::mt19937_64 rng(1);
   int next = 0;
   for (const auto& [number, settings] : cases) {
@@ -725,7 +731,8 @@ TEST(ExactSearch, ExactSearchIsNoSlowerThanTheSchedulerOnBenchCases450And610) {
     auto exact = ExactSearch(model.problem(), exact_options);
     ASSERT_TRUE(scheduled && exact) << number;
     ASSERT_TRUE(scheduled->feasible() && exact->feasible()) << number;
-    EXPECT_LE(exact->cost.iteration_seconds, scheduled->cost.iteration_seconds * (1 + 1e-6))
+    EXPECT_LE(exact->cost.iteration_seconds,
+              scheduled->cost.iteration_seconds * (1 + settings.tolerance))
         << "case " << number << " (" << drawn.model.name << " at " << drawn.seq_len
         << "): the scheduler's " << scheduled->config << " against " << exact->config;
   }

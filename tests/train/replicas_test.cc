@@ -157,17 +157,21 @@ TEST(Replicas, InterleavedReplicasAndLeftOutRanksMatchSingleRank) {
       {2, 1, 2}, {1, 4}, {0, 3, 1, 5, 2, 4}));
 }
 
-// ZeRO 3 with replicas of 3 and 1 sequences (and interleaved replicas with left-out ranks): the
-// replica with fewer sequences joins the others' weight gathers and reduce-scatters in idle
-// rounds, so no collective is left unmatched and every gradient is the whole batch's.
+// ZeRO 2 and 3 with replicas of 3 and 1 sequences (and interleaved replicas with left-out
+// ranks): the replica with fewer sequences joins the others' reduce-scatters (and at ZeRO 3 weight
+// gathers) in idle rounds, so no collective is left unmatched and every gradient is the whole
+// batch's.
 TEST(Replicas, ZeroThreeReplicasWithUnequalSequencesMatchSingleRank) {
   for (Plan plan : {CombineReplicas({UspPlan(2, 2, kSeq, 8, 2), RingPlan(1, kSeq, 8, 2, false)},
                                     {3, 1}, {}, Identity(5)),
                     CombineReplicas({RingPlan(2, kSeq, 8, 2, true), UlyssesPlan(3, kSeq, 8, 2),
                                      RingPlan(1, kSeq, 8, 2, false)},
                                     {2, 1, 2}, {1, 4}, {0, 3, 1, 5, 2, 4})}) {
-    plan.zero_stage = 3;
-    ExpectMatchesSingleRank(plan);
+    for (const int stage : {2, 3}) {
+      plan.zero_stage = stage;
+      SCOPED_TRACE("zero " + std::to_string(stage));
+      ExpectMatchesSingleRank(plan);
+    }
   }
 }
 

@@ -196,16 +196,16 @@ std::vector<std::pair<Plan, ModelSpec>> ShardingCases() {
   return {{UlyssesPlan(4, 128, 8, 2), TinyLlama()}, {UspPlan(3, 2, 144, 8, 1), TinyLlama(8, 1)}};
 }
 
-// At ZeRO >= 1 a step reduce-scatters the gradients to their parameters' owners and all-gathers
-// the weights after the update, waited for by the next forward: the same sums, so the same bits
-// as unsharded, overlapped or not; after a step each rank holds the gradients of its own
-// parameters only.
+// At ZeRO 1 a step reduce-scatters the gradients of its two sequences once to their parameters'
+// owners and all-gathers the weights after the update, waited for by the next forward: the same
+// sums, so the same bits as unsharded, overlapped or not; after a step each rank holds the
+// gradients of its own parameters only.
 TEST(Trainer, ShardedStepsReduceScatterToOwnersBitIdenticallyToUnsharded) {
   constexpr int kSteps = 3;
   for (const auto& [plan, model] : ShardingCases()) {
     Plan unsharded = plan, sharded = plan;
     unsharded.zero_stage = 0;
-    sharded.zero_stage = 2;
+    sharded.zero_stage = 1;
     SCOPED_TRACE(PlanToJson(sharded, -1));
     int started = 0;
     const auto reference =
@@ -255,44 +255,73 @@ TEST(Trainer, ShardedStepsReduceScatterToOwnersBitIdenticallyToUnsharded) {
   });
 }
 
-// ZeRO 3 gathers every layer's weights before its forward and again before its backward and
-// reduce-scatters each sequence's gradients: with one sequence per step the sums are the
-// all-reduce's, so losses and weights are bit-identical to ZeRO 0; with two, each owner adds the
-// second sequence's sum to the first's (another order of the same additions). Full recompute and
-// blocking sync take the same path.
-TEST(Trainer, ZeroThreeGathersWeightsPerPassAndMatchesUnsharded) {
+// Steps of `sharded` against `unsharded` at one and two sequences per step, with and without
+// full recompute, overlapped and blocking: bit-identical at one, within `tolerance` at two.
+void ExpectShardedMatchesUnsharded(const Plan& unsharded, const Plan& sharded,
+                                   const ModelSpec& model, double tolerance) {
   constexpr int kSteps = 3;
-  constexpr double kTwoSequenceTolerance = 1e-5;
-  for (const auto& [plan, model] : ShardingCases()) {
-    Plan unsharded = plan, sharded = plan;
-    unsharded.zero_stage = 0;
-    sharded.zero_stage = 3;
-    SCOPED_TRACE(PlanToJson(sharded, -1));
-    for (const RecomputePolicy recompute : {RecomputePolicy::kNone, RecomputePolicy::kFull}) {
-      int started = 0;
-      for (const int batch : {1, 2}) {
-        const auto reference =
-            StepsWithSync(unsharded, model, true, recompute, kSteps, &started, batch);
-        for (const bool overlap : {true, false}) {
-          const auto ours =
-              StepsWithSync(sharded, model, overlap, recompute, kSteps, &started, batch);
-          ASSERT_EQ(ours.first.size(), reference.first.size());
-          ASSERT_EQ(ours.second.size(), reference.second.size());
-          if (batch == 1) {
-            EXPECT_EQ(ours.first, reference.first) << "losses, overlap " << overlap;
-            EXPECT_TRUE(ours.second == reference.second) << "weights differ bitwise";
-            continue;
-          }
-          for (size_t step = 0; step < ours.first.size(); ++step)
-            EXPECT_NEAR(ours.first[step], reference.first[step], kTwoSequenceTolerance);
-          double worst = 0;
-          for (size_t index = 0; index < ours.second.size(); ++index)
-            worst = std::max(
-                worst, std::abs(static_cast<double>(ours.second[index]) - reference.second[index]));
-          EXPECT_LT(worst, kTwoSequenceTolerance) << "weights, overlap " << overlap;
+  SCOPED_TRACE(PlanToJson(sharded, -1));
+  for (const RecomputePolicy recompute : {RecomputePolicy::kNone, RecomputePolicy::kFull}) {
+    int started = 0;
+    for (const int batch : {1, 2}) {
+      const auto reference =
+          StepsWithSync(unsharded, model, true, recompute, kSteps, &started, batch);
+      for (const bool overlap : {true, false}) {
+        const auto ours =
+            StepsWithSync(sharded, model, overlap, recompute, kSteps, &started, batch);
+        ASSERT_EQ(ours.first.size(), reference.first.size());
+        ASSERT_EQ(ours.second.size(), reference.second.size());
+        if (batch == 1) {
+          EXPECT_EQ(ours.first, reference.first) << "losses, overlap " << overlap;
+          EXPECT_TRUE(ours.second == reference.second) << "weights differ bitwise";
+          continue;
         }
+        for (size_t step = 0; step < ours.first.size(); ++step)
+          EXPECT_NEAR(ours.first[step], reference.first[step], tolerance);
+        double worst = 0;
+        for (size_t index = 0; index < ours.second.size(); ++index)
+          worst = std::max(
+              worst, std::abs(static_cast<double>(ours.second[index]) - reference.second[index]));
+        EXPECT_LT(worst, tolerance) << "weights, overlap " << overlap;
       }
     }
+  }
+}
+
+// ZeRO 2 and 3 reduce-scatter each sequence's gradients after its backward (ZeRO 3 also gathers
+// every layer's weights before its forward and again before its backward): with one sequence per
+// step the sums are the all-reduce's, so losses and weights are bit-identical to ZeRO 0; with
+// two, each owner adds the second sequence's sum to the first's (another order of the same
+// additions). Full recompute and blocking sync take the same path.
+TEST(Trainer, ZeroThreeGathersWeightsPerPassAndMatchesUnsharded) {
+  constexpr double kTwoSequenceTolerance = 1e-5;
+  for (const auto& [plan, model] : ShardingCases()) {
+    for (const int stage : {2, 3}) {
+      Plan unsharded = plan, sharded = plan;
+      unsharded.zero_stage = 0;
+      sharded.zero_stage = stage;
+      ExpectShardedMatchesUnsharded(unsharded, sharded, model, kTwoSequenceTolerance);
+    }
+  }
+}
+
+// Gradient reductions per step of two sequences: one at ZeRO 0-1 (whole gradients accumulate),
+// one per sequence at ZeRO 2-3 (each owner accumulates its shard).
+TEST(Trainer, ReductionsPerStepFollowTheZeroStage) {
+  constexpr int kSteps = 2;
+  const TrainOptions options = TestOptions();
+  ASSERT_EQ(options.batch, 2);
+  for (const int stage : {0, 1, 2, 3}) {
+    Plan plan = UlyssesPlan(4, 128, 8, 2);
+    plan.zero_stage = stage;
+    runtime::RunInProcess(plan.num_ranks, [&](runtime::Comm& comm) {
+      auto trainer = Trainer::Create(WithBatch(plan, options.batch), TinyLlama(), options, comm);
+      ASSERT_TRUE(trainer) << trainer.error().message;
+      EXPECT_EQ((*trainer)->grads_sharded(), stage >= 2);
+      for (int step = 0; step < kSteps; ++step) ASSERT_TRUE((*trainer)->Step());
+      const int per_step = stage >= 2 ? options.batch : 1;
+      EXPECT_EQ((*trainer)->grad_sync().passes(), kSteps * per_step) << "zero " << stage;
+    });
   }
 }
 

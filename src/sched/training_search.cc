@@ -97,8 +97,11 @@ StrategyResult Rescored(const Problem& problem, const StrategyResult& result) {
 // plans at every configuration; the data-parallel baselines' per-replica choice and hetero-ring's
 // memory cap may pick other plans here, so the benches check the floor against every baseline
 // run at every configuration (sched_replicas quality, bench/sched/plan_quality --diff).
+// At a configuration where plans may be faster than at the first (`faster_there`: whole
+// gradients, which save ZeRO 2's per-sequence reduce-scatters) every applicable baseline is run
+// again.
 Screened ScreenAgainst(const Problem& problem, const TrainingConfig& config, const Screened& first,
-                       double to_beat, const Deadline& deadline, int threads) {
+                       double to_beat, bool faster_there, const Deadline& deadline, int threads) {
   const Problem at = WithTraining(problem, config);
   ScheduleOptions rerun;
   rerun.deadline = deadline;
@@ -107,7 +110,7 @@ Screened ScreenAgainst(const Problem& problem, const TrainingConfig& config, con
     const StrategyResult& baseline = first.baselines[index];
     if (!baseline.applicable)
       screened.baselines[index] = baseline;
-    else if (baseline.feasible() && baseline.cost.iteration_seconds >= to_beat)
+    else if (!faster_there && baseline.feasible() && baseline.cost.iteration_seconds >= to_beat)
       screened.baselines[index] = Rescored(at, baseline);
     else
       screened.baselines[index] = *RunStrategy(at, baseline.strategy, rerun);
@@ -133,19 +136,32 @@ std::vector<std::pair<TrainingConfig, double>> ByBound(const Problem& problem,
 // at another configuration than at the first, so the search there can only do better where memory
 // bound the first (it lets plans fit that did not) or where one of its baselines beats the plan
 // found (which then also keeps the floor).
-bool WorthSearching(const Screened& screened, double to_beat, bool memory_shaped) {
-  if (!std::isfinite(to_beat) || memory_shaped) return true;
-  return screened.best.feasible() && screened.best.cost.iteration_seconds < to_beat;
+// At a configuration with whole gradients (`faster_there`) memory cannot help, but the plan found
+// (`found`) may itself be faster there: then the search is run there too.
+bool WorthSearching(const Screened& screened, double to_beat, bool memory_shaped, bool faster_there,
+                    const std::optional<StrategyResult>& found, const Problem& at) {
+  if (!std::isfinite(to_beat)) return true;
+  if (screened.best.feasible() && screened.best.cost.iteration_seconds < to_beat) return true;
+  if (!faster_there) return memory_shaped;
+  const StrategyResult there = Rescored(at, *found);
+  return there.feasible() && there.cost.iteration_seconds < to_beat;
 }
 
-// A search over the open configurations (TrainingConfigs order: the first has the lowest ZeRO
-// stage and the least recompute, so every plan is fastest there). First the search at the first
-// configuration; then the baselines at every other configuration whose bound is below the best
-// plan found (the others cannot beat it: neither the search nor a baseline there), and the
-// search at the best of those by best baseline (the best two when the first search found no
-// feasible plan) where WorthSearching (always for the `exact` search, which reports no unfit
-// candidates). The best baseline over every configuration is therefore at a configuration
-// searched or no faster than a plan found, so the search keeps its floor.
+// Whether a plan may be faster at `config` than at the search's first configuration: only with
+// whole gradients where the first shards them (CostModel::SyncsEverySequence).
+bool FasterThere(const TrainingConfig& config, const TrainingConfig& first) {
+  return config.zero_stage < first.zero_stage && first.zero_stage == kLeastMemoryAllReduceStage;
+}
+
+// A search over the open configurations (TrainingConfigs order: the first is ZeRO 2 with the
+// least recompute, so every plan is fastest there but at ZeRO 1, which saves ZeRO 2's
+// per-sequence reduce-scatters). First the search at the first configuration; then the
+// baselines at every other configuration whose bound is below the best plan found (the others
+// cannot beat it: neither the search nor a baseline there; at ZeRO 1 every baseline is run
+// again), and the search at the best of those by best baseline where WorthSearching (always for
+// the `exact` search, which reports no unfit candidates; the best two when the first search
+// found no feasible plan). The best baseline over every configuration is therefore at a
+// configuration searched or no faster than a plan found, so the search keeps its floor.
 void SearchBounded(const Problem& problem, const std::vector<TrainingConfig>& configs,
                    const ScheduleOptions& fixed, const FixedStrategy& run, bool exact, Runs& runs) {
   const Deadline& deadline = fixed.deadline;
@@ -167,25 +183,43 @@ void SearchBounded(const Problem& problem, const std::vector<TrainingConfig>& co
   const bool memory_shaped = found && (found->cost.max_memory_fraction >= kMemoryShapedFraction ||
                                        found->fastest_unfit_seconds < to_beat);
   std::vector<Screened> screened;
+  // ZeRO 1 without recompute, once screened: the first configuration of its stage (a plan is
+  // never faster at ZeRO 1 with recompute), so recompute there is screened against it.
+  std::optional<size_t> whole_first;
   const std::vector<TrainingConfig> others(configs.begin() + 1, configs.end());
   for (const auto& [config, bound] : ByBound(problem, others)) {
     if (deadline.Expired()) return;
     if (bound >= to_beat) continue;
-    screened.push_back(ScreenAgainst(problem, config, first, to_beat, deadline, fixed.threads));
+    const bool faster_there = FasterThere(config, configs.front());
+    if (faster_there && whole_first) {
+      screened.push_back(ScreenAgainst(problem, config, screened[*whole_first], to_beat, false,
+                                       deadline, fixed.threads));
+    } else {
+      screened.push_back(
+          ScreenAgainst(problem, config, first, to_beat, faster_there, deadline, fixed.threads));
+      if (faster_there && config.recompute == Recompute::kNone) whole_first = screened.size() - 1;
+    }
     runs.NoteBaseline(screened.back().best);
   }
   std::stable_sort(screened.begin(), screened.end(), [](const Screened& a, const Screened& b) {
     return ScreenBefore(a.best, b.best);
   });
   const size_t searches = std::isfinite(to_beat) ? kSearchedConfigs - 1 : kSearchedConfigs;
-  for (size_t rank = 0; rank < std::min(searches, screened.size()) && !deadline.Expired(); ++rank) {
-    const Problem at = WithTraining(problem, screened[rank].config);
-    if (exact || WorthSearching(screened[rank], to_beat, memory_shaped)) {
-      runs.Run(run, at, fixed, &screened[rank].baselines);
-    } else {  // the option row of this configuration: the plan found, re-scored there (with
-              // its candidate table, should it win a tie on memory)
+  size_t searched = 0;
+  bool row_added = false;
+  for (const Screened& candidate : screened) {
+    if (searched == searches || deadline.Expired()) break;
+    const Problem at = WithTraining(problem, candidate.config);
+    if (exact || WorthSearching(candidate, to_beat, memory_shaped,
+                                FasterThere(candidate.config, configs.front()), found, at)) {
+      runs.Run(run, at, fixed, &candidate.baselines);
+      ++searched;
+    } else if (!row_added) {  // the option row of the best configuration not searched: the
+                              // plan found, re-scored there (with its candidate table, should
+                              // it win a tie on memory)
       runs.results.push_back(Rescored(at, *found));
       runs.tables.push_back(runs.tables.front());
+      row_added = true;
     }
   }
 }
@@ -210,9 +244,10 @@ std::vector<TrainingOption> OptionRows(const StrategyResult& chosen,
 std::vector<TrainingConfig> TrainingConfigs(const Workload& workload,
                                             const ScheduleOptions& options) {
   std::vector<int> stages = {workload.zero_stage};
-  // With one sequence per iteration ZeRO 2 takes ZeRO 1's time for any plan, with less memory.
+  // ZeRO 2 first (SearchBounded's first configuration). With one sequence per iteration ZeRO 1
+  // takes ZeRO 2's time for any plan, with more memory: not tried.
   if (options.zero_auto && workload.batch > 1)
-    stages = {kWholeGradientsStage, kLeastMemoryAllReduceStage, kShardedWeightsStage};
+    stages = {kLeastMemoryAllReduceStage, kWholeGradientsStage, kShardedWeightsStage};
   else if (options.zero_auto)
     stages = {kLeastMemoryAllReduceStage, kShardedWeightsStage};
   std::vector<Recompute> policies = {workload.recompute};

@@ -8,8 +8,10 @@
 // sync. With one sequence per replica they take the same time, so with a batch of one stage 1
 // is not tried. Cheap strategies (the
 // baselines) are run at every configuration. The searches (hexiseq, exact), when more than two
-// configurations are open, are run at the first (the lowest stage without recompute: every plan is
-// fastest there), then at the best other configuration by its best baseline; a configuration whose
+// configurations are open, are run at the first (ZeRO 2 without recompute: every plan is fastest
+// there but at ZeRO 1, where the per-sequence reduce-scatters are saved; there the baselines are
+// always run again, and the search runs where the plan found is faster and fits), then at the
+// best other configuration by its best baseline; a configuration whose
 // aggregate-compute bound is no less than the plan found is skipped (no plan there, searched or
 // baseline, can beat it), and there a baseline that was feasible at the first configuration and
 // no faster than that plan is only re-scored, not re-planned (a plan is never faster at another

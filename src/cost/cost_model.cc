@@ -324,6 +324,10 @@ double CostModel::SyncTotalSeconds(double bucket_seconds, double rounds) const {
   return SyncBuckets(rounds) * problem_.model.layers * bucket_seconds;
 }
 
+double CostModel::WholeGradientsSavingBound() const {
+  return (problem_.workload.batch - 1) * problem_.model.layers * GradSyncPassSeconds();
+}
+
 double CostModel::SyncRounds(const Plan& plan) const {
   int busiest = 0;
   for (int replica = 0; replica < NumReplicas(plan); ++replica)

@@ -347,6 +347,10 @@ class CostModel {
   double SyncBuckets(double rounds) const;
   // Every bucket's passes over all layers for `rounds` rounds, none hidden, given one bucket's.
   double SyncTotalSeconds(double bucket_seconds, double rounds) const;
+  // The most a plan whose participants are every rank saves at ZeRO 1 against ZeRO 2 (the same
+  // plan, the rest of the workload the same): the reduce-scatters of all but one sequence, each
+  // exposing at most one pass of every bucket (StageExposedSyncSeconds).
+  double WholeGradientsSavingBound() const;
   // One bucket's passes over the plan's participants (the part of the sync never hidden).
   double GradSyncBucketSeconds(const Plan& plan) const;
   // The overlap rule of the sync (the cost model, the scheduler's incremental score and the

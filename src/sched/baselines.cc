@@ -134,6 +134,8 @@ TrainingOption OptionOf(const StrategyResult& result) {
   return option;
 }
 
+bool BaselineUsesEveryRank(const std::string& strategy) { return strategy != "subset"; }
+
 bool Better(const StrategyResult& a, const StrategyResult& b) {
   if (a.feasible() != b.feasible()) return a.feasible();
   if (!a.applicable) return false;

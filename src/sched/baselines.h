@@ -72,6 +72,10 @@ StrategyResult UspBaseline(const Problem& problem, const Deadline& deadline = {}
 StrategyResult HeteroRingBaseline(const Problem& problem, const Deadline& deadline = {});
 StrategyResult SubsetBaseline(const Problem& problem, const Deadline& deadline = {});
 StrategyResult ProportionalPlan(const CostModel& model);  // strategy "hexiseq" until the scheduler
+// Whether every plan the baseline `strategy` makes has every rank take part (all but subset,
+// which leaves the slower types out).
+bool BaselineUsesEveryRank(const std::string& strategy);
+
 // ring, ulysses, usp, hetero-ring, subset, in that order (NotScored for those the deadline
 // stopped before they started), on up to `threads` threads (the same results on any number).
 std::vector<StrategyResult> AllBaselines(const Problem& problem, const Deadline& deadline = {},

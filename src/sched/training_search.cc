@@ -97,12 +97,24 @@ StrategyResult Rescored(const Problem& problem, const StrategyResult& result) {
 // plans at every configuration; the data-parallel baselines' per-replica choice and hetero-ring's
 // memory cap may pick other plans here, so the benches check the floor against every baseline
 // run at every configuration (sched_replicas quality, bench/sched/plan_quality --diff).
-// At a configuration where plans may be faster than at the first (`faster_there`: whole
-// gradients, which save ZeRO 2's per-sequence reduce-scatters) every applicable baseline is run
-// again.
+// At a configuration where plans may be faster than at the first (`faster_there`: ZeRO 1, whose
+// whole gradients save ZeRO 2's per-sequence reduce-scatters) a feasible baseline is only
+// re-scored where no plan of it can beat `to_beat` there: its plans take every rank and save
+// less than CostModel::WholeGradientsSavingBound (exact), or its plan re-scored there fits and
+// is no faster (as above, exact for a baseline that picks among the same plans there).
 Screened ScreenAgainst(const Problem& problem, const TrainingConfig& config, const Screened& first,
                        double to_beat, bool faster_there, const Deadline& deadline, int threads) {
   const Problem at = WithTraining(problem, config);
+  const double saving = faster_there ? CostModel(at).WholeGradientsSavingBound() : 0;
+  const auto cannot_beat = [&](const StrategyResult& baseline) {
+    if (!baseline.feasible()) return false;
+    if (!faster_there) return baseline.cost.iteration_seconds >= to_beat;
+    if (BaselineUsesEveryRank(baseline.strategy) &&
+        baseline.cost.iteration_seconds - saving >= to_beat)
+      return true;
+    const StrategyResult there = Rescored(at, baseline);
+    return there.feasible() && there.cost.iteration_seconds >= to_beat;
+  };
   ScheduleOptions rerun;
   rerun.deadline = deadline;
   Screened screened{config, std::vector<StrategyResult>(first.baselines.size()), {}};
@@ -110,7 +122,7 @@ Screened ScreenAgainst(const Problem& problem, const TrainingConfig& config, con
     const StrategyResult& baseline = first.baselines[index];
     if (!baseline.applicable)
       screened.baselines[index] = baseline;
-    else if (!faster_there && baseline.feasible() && baseline.cost.iteration_seconds >= to_beat)
+    else if (cannot_beat(baseline))
       screened.baselines[index] = Rescored(at, baseline);
     else
       screened.baselines[index] = *RunStrategy(at, baseline.strategy, rerun);
@@ -183,22 +195,13 @@ void SearchBounded(const Problem& problem, const std::vector<TrainingConfig>& co
   const bool memory_shaped = found && (found->cost.max_memory_fraction >= kMemoryShapedFraction ||
                                        found->fastest_unfit_seconds < to_beat);
   std::vector<Screened> screened;
-  // ZeRO 1 without recompute, once screened: the first configuration of its stage (a plan is
-  // never faster at ZeRO 1 with recompute), so recompute there is screened against it.
-  std::optional<size_t> whole_first;
   const std::vector<TrainingConfig> others(configs.begin() + 1, configs.end());
   for (const auto& [config, bound] : ByBound(problem, others)) {
     if (deadline.Expired()) return;
     if (bound >= to_beat) continue;
-    const bool faster_there = FasterThere(config, configs.front());
-    if (faster_there && whole_first) {
-      screened.push_back(ScreenAgainst(problem, config, screened[*whole_first], to_beat, false,
-                                       deadline, fixed.threads));
-    } else {
-      screened.push_back(
-          ScreenAgainst(problem, config, first, to_beat, faster_there, deadline, fixed.threads));
-      if (faster_there && config.recompute == Recompute::kNone) whole_first = screened.size() - 1;
-    }
+    screened.push_back(ScreenAgainst(problem, config, first, to_beat,
+                                     FasterThere(config, configs.front()), deadline,
+                                     fixed.threads));
     runs.NoteBaseline(screened.back().best);
   }
   std::stable_sort(screened.begin(), screened.end(), [](const Screened& a, const Screened& b) {

@@ -235,6 +235,13 @@ TEST(TrainingSearch, ZeroStageZeroCostsNoLessThanStageOne) {
       } else {
         EXPECT_GE(two.iteration_seconds, one.iteration_seconds * (1 - 1e-12));
       }
+      if (planned.plan.left_out.empty()) {  // the bound the configuration screen relies on
+        Workload at_two = planned.workload;
+        at_two.recompute = policy;
+        const CostModel model(planned.cluster, sched_test::Model("llama3-8b"), at_two);
+        EXPECT_LE(two.iteration_seconds - one.iteration_seconds,
+                  model.WholeGradientsSavingBound() * (1 + 1e-12));
+      }
       EXPECT_LE(two.max_memory_fraction, one.max_memory_fraction * (1 + 1e-12));
       if (one.feasible) {
         EXPECT_TRUE(two.feasible);

@@ -325,7 +325,26 @@ double CostModel::SyncTotalSeconds(double bucket_seconds, double rounds) const {
 }
 
 double CostModel::WholeGradientsSavingBound() const {
-  return (problem_.workload.batch - 1) * problem_.model.layers * GradSyncPassSeconds();
+  const double pass = GradSyncPassSeconds();
+  const double per_sequence =
+      std::max(pass, problem_.model.layers * pass - LeastBackwardWindowSeconds());
+  return (problem_.workload.batch - 1) * per_sequence;
+}
+
+double CostModel::LeastBackwardWindowSeconds() const {
+  double gemm_rate = 0, attention_rate = 0;
+  for (int rank = 0; rank < problem_.cluster.num_ranks(); ++rank) {
+    const DeviceSpec& device = problem_.cluster.device(rank);
+    gemm_rate += device.GemmFlops() * RateCurve::Largest(device.rate_curve.gemm);
+    attention_rate += device.AttentionFlops() * RateCurve::Largest(device.rate_curve.attention);
+  }
+  const double tokens = static_cast<double>(problem_.workload.seq_len);
+  const double pairs = static_cast<double>(CausalPrefixPairs({{0, problem_.workload.seq_len}}));
+  const double linear = k_.linear_backward_factor * tokens * LinearForwardFlopsPerToken();
+  const double attention =
+      k_.attention_backward_factor *
+      AttentionForwardFlops(problem_.model.head_dim, problem_.model.heads, pairs);
+  return problem_.model.layers * (linear / gemm_rate + attention / attention_rate);
 }
 
 double CostModel::SyncRounds(const Plan& plan) const {

@@ -349,8 +349,14 @@ class CostModel {
   double SyncTotalSeconds(double bucket_seconds, double rounds) const;
   // The most a plan whose participants are every rank saves at ZeRO 1 against ZeRO 2 (the same
   // plan, the rest of the workload the same): the reduce-scatters of all but one sequence, each
-  // exposing at most one pass of every bucket (StageExposedSyncSeconds).
+  // exposing `max(pass, layers * pass - window)` (StageExposedSyncSeconds), the window no shorter
+  // than LeastBackwardWindowSeconds.
   double WholeGradientsSavingBound() const;
+  // A lower bound on any plan's sync window at ZeRO 0-2 (SyncWindowSeconds,
+  // ReplicasSyncWindowSeconds: at least the shortest replica's backward of one sequence): the
+  // layers' backward GEMMs and attention of one sequence on every device at once, each at its
+  // fastest rate, the two phases one after the other as every group runs them.
+  double LeastBackwardWindowSeconds() const;
   // One bucket's passes over the plan's participants (the part of the sync never hidden).
   double GradSyncBucketSeconds(const Plan& plan) const;
   // The overlap rule of the sync (the cost model, the scheduler's incremental score and the

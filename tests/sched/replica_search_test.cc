@@ -241,6 +241,7 @@ TEST(TrainingSearch, ZeroStageZeroCostsNoLessThanStageOne) {
         const CostModel model(planned.cluster, sched_test::Model("llama3-8b"), at_two);
         EXPECT_LE(two.iteration_seconds - one.iteration_seconds,
                   model.WholeGradientsSavingBound() * (1 + 1e-12));
+        EXPECT_GE(two.sync_window_seconds, model.LeastBackwardWindowSeconds() * (1 - 1e-12));
       }
       EXPECT_LE(two.max_memory_fraction, one.max_memory_fraction * (1 + 1e-12));
       if (one.feasible) {

@@ -88,6 +88,25 @@ StrategyResult Rescored(const Problem& problem, const StrategyResult& result) {
   return Score(model, std::move(plan), result.config);
 }
 
+// `baseline` (feasible or not, from the first configuration) re-scored at `at` where no plan of
+// it can beat `to_beat` there; nullopt where it must be run again. At a configuration where
+// plans may be faster than at the first (`faster_there`: ZeRO 1, whose whole gradients save
+// ZeRO 2's per-sequence reduce-scatters) that holds where its plans take every rank and save
+// less than `saving` (CostModel::WholeGradientsSavingBound: exact), or where its plan re-scored
+// there fits and is no faster (exact for a baseline that picks among the same plans:
+// ScreenAgainst).
+std::optional<StrategyResult> RescoredIfUnbeaten(const Problem& at, const StrategyResult& baseline,
+                                                 double to_beat, bool faster_there, double saving) {
+  if (!baseline.feasible()) return std::nullopt;
+  const double seconds = baseline.cost.iteration_seconds;
+  if (!faster_there)
+    return seconds >= to_beat ? std::optional(Rescored(at, baseline)) : std::nullopt;
+  StrategyResult there = Rescored(at, baseline);
+  const bool bounded = BaselineUsesEveryRank(baseline.strategy) && seconds - saving >= to_beat;
+  if (bounded || (there.feasible() && there.cost.iteration_seconds >= to_beat)) return there;
+  return std::nullopt;
+}
+
 // The baselines at another configuration, given those at the first one and the best plan found
 // there (`to_beat`). A plan takes at least as long here as there (ZeRO-3's extra sync,
 // recompute's extra work; TrainingSearch.PlansNeverFasterThanAtTheFirstConfiguration), so a
@@ -97,35 +116,22 @@ StrategyResult Rescored(const Problem& problem, const StrategyResult& result) {
 // plans at every configuration; the data-parallel baselines' per-replica choice and hetero-ring's
 // memory cap may pick other plans here, so the benches check the floor against every baseline
 // run at every configuration (sched_replicas quality, bench/sched/plan_quality --diff).
-// At a configuration where plans may be faster than at the first (`faster_there`: ZeRO 1, whose
-// whole gradients save ZeRO 2's per-sequence reduce-scatters) a feasible baseline is only
-// re-scored where no plan of it can beat `to_beat` there: its plans take every rank and save
-// less than CostModel::WholeGradientsSavingBound (exact), or its plan re-scored there fits and
-// is no faster (as above, exact for a baseline that picks among the same plans there).
 Screened ScreenAgainst(const Problem& problem, const TrainingConfig& config, const Screened& first,
                        double to_beat, bool faster_there, const Deadline& deadline, int threads) {
   const Problem at = WithTraining(problem, config);
   const double saving = faster_there ? CostModel(at).WholeGradientsSavingBound() : 0;
-  const auto cannot_beat = [&](const StrategyResult& baseline) {
-    if (!baseline.feasible()) return false;
-    if (!faster_there) return baseline.cost.iteration_seconds >= to_beat;
-    if (BaselineUsesEveryRank(baseline.strategy) &&
-        baseline.cost.iteration_seconds - saving >= to_beat)
-      return true;
-    const StrategyResult there = Rescored(at, baseline);
-    return there.feasible() && there.cost.iteration_seconds >= to_beat;
-  };
   ScheduleOptions rerun;
   rerun.deadline = deadline;
   Screened screened{config, std::vector<StrategyResult>(first.baselines.size()), {}};
   ParallelFor(threads, first.baselines.size(), [&](size_t index) {
     const StrategyResult& baseline = first.baselines[index];
-    if (!baseline.applicable)
+    if (!baseline.applicable) {
       screened.baselines[index] = baseline;
-    else if (cannot_beat(baseline))
-      screened.baselines[index] = Rescored(at, baseline);
-    else
+    } else if (auto rescored = RescoredIfUnbeaten(at, baseline, to_beat, faster_there, saving)) {
+      screened.baselines[index] = std::move(*rescored);
+    } else {
       screened.baselines[index] = *RunStrategy(at, baseline.strategy, rerun);
+    }
   });
   screened.best = *std::min_element(screened.baselines.begin(), screened.baselines.end(), Better);
   return screened;
@@ -169,11 +175,12 @@ bool FasterThere(const TrainingConfig& config, const TrainingConfig& first) {
 // least recompute, so every plan is fastest there but at ZeRO 1, which saves ZeRO 2's
 // per-sequence reduce-scatters). First the search at the first configuration; then the
 // baselines at every other configuration whose bound is below the best plan found (the others
-// cannot beat it: neither the search nor a baseline there; at ZeRO 1 every baseline is run
-// again), and the search at the best of those by best baseline where WorthSearching (always for
-// the `exact` search, which reports no unfit candidates; the best two when the first search
-// found no feasible plan). The best baseline over every configuration is therefore at a
-// configuration searched or no faster than a plan found, so the search keeps its floor.
+// cannot beat it: neither the search nor a baseline there; at ZeRO 1 a baseline is re-scored
+// only where ScreenAgainst's bounds allow), and the search at the best of those by best baseline
+// where WorthSearching (always for the `exact` search, which reports no unfit candidates; the best
+// two when the first search found no feasible plan). The best baseline over every configuration is
+// therefore at a configuration searched or no faster than a plan found, so the search keeps its
+// floor.
 void SearchBounded(const Problem& problem, const std::vector<TrainingConfig>& configs,
                    const ScheduleOptions& fixed, const FixedStrategy& run, bool exact, Runs& runs) {
   const Deadline& deadline = fixed.deadline;
@@ -249,10 +256,10 @@ std::vector<TrainingConfig> TrainingConfigs(const Workload& workload,
   std::vector<int> stages = {workload.zero_stage};
   // ZeRO 2 first (SearchBounded's first configuration). With one sequence per iteration ZeRO 1
   // takes ZeRO 2's time for any plan, with more memory: not tried.
-  if (options.zero_auto && workload.batch > 1)
-    stages = {kLeastMemoryAllReduceStage, kWholeGradientsStage, kShardedWeightsStage};
-  else if (options.zero_auto)
+  if (options.zero_auto) {
     stages = {kLeastMemoryAllReduceStage, kShardedWeightsStage};
+    if (workload.batch > 1) stages.insert(stages.begin() + 1, kWholeGradientsStage);
+  }
   std::vector<Recompute> policies = {workload.recompute};
   if (options.recompute_auto)
     policies = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};

@@ -328,15 +328,12 @@ void Trainer::AccumulateSequence(const Sequence& sequence, double predictions, b
 }
 
 void Trainer::IdleSyncRound(bool reduce, bool to_owners) {
-  if (weights_sharded_) {
-    grad_sync_->StartWeightGather();
-    grad_sync_->AwaitAllWeights();
-  }
-  if (reduce) grad_sync_->Arm(to_owners);
-  if (weights_sharded_) {
-    StartBackwardGather();
-    FinishBackwardGather();
-  }
+  if (reduce) grad_sync_->Arm(to_owners);  // no backward runs: Finish reduces zero gradients
+  if (!weights_sharded_) return;
+  grad_sync_->StartWeightGather();
+  grad_sync_->AwaitAllWeights();
+  StartBackwardGather();
+  FinishBackwardGather();
 }
 
 Result<std::vector<double>> Trainer::Accumulate(std::span<const Sequence> mine, double predictions,
